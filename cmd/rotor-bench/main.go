@@ -1,0 +1,161 @@
+// Command rotor-bench is rotor's load tool (issue 8). It starts its own
+// loopback targets and its own SOCKS5 upstream relay, drives a gateway
+// whose fronts are given by flags (or that it spawns itself), and measures
+// every figure twice in the same run: through the gateway, and with the
+// client talking straight to the relay (the baseline). All traffic stays on
+// loopback and every phase stops by itself.
+//
+// Usage:
+//
+//	rotor-bench -spawn-rotor ./rotor [-json out.json]    # spawn and configure rotor
+//	rotor-bench -relay-listen 127.0.0.1:19080 -socks5 127.0.0.1:1080 -http 127.0.0.1:8080 [-gateway-pid PID]
+//	rotor-bench -gateway-is-relay                       # plumbing run, no gateway
+//	rotor-bench relay -listen 127.0.0.1:19080           # the relay alone
+//
+// It owns nothing of the gateway: it never imports rotor's packages, so it
+// measures the binary a user would run.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// options are the parsed flags.
+type options struct {
+	SOCKS5, HTTP, Admin string
+	GatewayPID          int
+	SpawnRotor          string
+	RotorLog            string
+	GatewayNofile       uint64
+	GatewayIsRelay      bool
+	RelayListen         string
+	RelayInProc         bool
+	HTTPTarget          string
+	Duration            time.Duration
+	BulkBytes           int64
+	Streams, Workers    int
+	Idle                int
+	IdleHold            time.Duration
+	Rounds              int
+	Warmup              time.Duration
+	Only                map[string]bool
+	JSON                string
+	args                []string
+}
+
+// phaseNames are the values -only accepts, in run order. idle runs first
+// so the gateway's RSS baseline is not inflated by heap freed after churn.
+var phaseNames = []string{"idle", "bulk", "parallel", "setup", "http"}
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == "relay" {
+		os.Exit(relayMain(os.Args[2:]))
+	}
+	os.Exit(benchMain(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func parseFlags(args []string, stderr io.Writer) (*options, error) {
+	o := &options{args: args}
+	fs := flag.NewFlagSet("rotor-bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.SOCKS5, "socks5", "", "gateway SOCKS5 front (spawn mode: listen address to configure; default a free port)")
+	fs.StringVar(&o.HTTP, "http", "", "gateway HTTP front, CONNECT and absolute-URI (spawn mode: as -socks5)")
+	fs.StringVar(&o.Admin, "admin", "", "gateway admin address, read for go_goroutines on /metrics (spawn mode: as -socks5)")
+	fs.IntVar(&o.GatewayPID, "gateway-pid", 0, "PID of an externally started gateway, for /proc CPU, RSS and fd figures")
+	fs.StringVar(&o.SpawnRotor, "spawn-rotor", "", "path of a rotor binary to configure, start and stop (spawn mode)")
+	fs.StringVar(&o.RotorLog, "rotor-log", "", "spawn mode: file for rotor's stderr (default: in a temp dir, removed)")
+	fs.Uint64Var(&o.GatewayNofile, "gateway-nofile", 20000, "spawn mode: RLIMIT_NOFILE set on rotor with prlimit (0: inherit)")
+	fs.BoolVar(&o.GatewayIsRelay, "gateway-is-relay", false, "plumbing run: use the relay itself as the \"gateway\" (no gateway measured)")
+	fs.StringVar(&o.RelayListen, "relay-listen", "127.0.0.1:0", "relay listen address; fix it when the gateway is configured by hand")
+	fs.BoolVar(&o.RelayInProc, "relay-inproc", false, "run the relay in this process (tests; no relay CPU/RSS figures)")
+	fs.StringVar(&o.HTTPTarget, "http-target", "127.0.0.1:0", "HTTP target listen address (fix it to point a hand-made probe.url at it)")
+	fs.DurationVar(&o.Duration, "duration", 5*time.Second, "length of every timed measurement")
+	fs.Int64Var(&o.BulkBytes, "bulk-bytes", 0, "byte budget per bulk measurement, split across streams (0: until -duration)")
+	fs.IntVar(&o.Streams, "streams", 32, "parallel streams for the aggregate bulk figure")
+	fs.IntVar(&o.Workers, "workers", 32, "concurrent workers for the setup and HTTP phases")
+	fs.IntVar(&o.Idle, "idle", 5000, "idle tunnels to hold")
+	fs.DurationVar(&o.IdleHold, "idle-hold", 2*time.Second, "how long idle tunnels are held before RSS and fds are read")
+	fs.IntVar(&o.Rounds, "rounds", 1, "repeat bulk/parallel/setup/http, alternating baseline and gateway; tables use medians")
+	fs.DurationVar(&o.Warmup, "warmup", time.Second, "untimed run of every path before the first round of each phase (0: none)")
+	only := fs.String("only", strings.Join(phaseNames, ","), "phases to run: "+strings.Join(phaseNames, ","))
+	fs.StringVar(&o.JSON, "json", "", "also write the results as JSON to this file")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	o.Only = map[string]bool{}
+	for _, p := range strings.Split(*only, ",") {
+		p = strings.TrimSpace(p)
+		if p == "" {
+			continue
+		}
+		if !contains(phaseNames, p) {
+			return nil, fmt.Errorf("-only: unknown phase %q", p)
+		}
+		o.Only[p] = true
+	}
+	for name, a := range map[string]string{"socks5": o.SOCKS5, "http": o.HTTP, "admin": o.Admin,
+		"relay-listen": o.RelayListen, "http-target": o.HTTPTarget} {
+		if a != "" && !isLoopbackAddr(a) {
+			return nil, fmt.Errorf("-%s %s: only loopback addresses are allowed", name, a)
+		}
+	}
+	modes := 0
+	for _, on := range []bool{o.SpawnRotor != "", o.GatewayIsRelay, o.SOCKS5 != "" && o.SpawnRotor == "" || o.HTTP != "" && o.SpawnRotor == ""} {
+		if on {
+			modes++
+		}
+	}
+	if modes > 1 {
+		return nil, fmt.Errorf("choose one of -spawn-rotor, -gateway-is-relay, or -socks5/-http of a running gateway")
+	}
+	if o.Duration <= 0 || o.Duration > 10*time.Minute || o.Rounds < 1 || o.Rounds > 20 ||
+		o.Streams < 1 || o.Workers < 1 || o.Idle < 0 || o.Idle > 100000 {
+		return nil, fmt.Errorf("flag out of range (duration 0-10m, rounds 1-20, streams/workers >= 1, idle 0-100000)")
+	}
+	return o, nil
+}
+
+func benchMain(args []string, stdout, stderr io.Writer) int {
+	o, err := parseFlags(args, stderr)
+	if err != nil {
+		if err != flag.ErrHelp {
+			fmt.Fprintln(stderr, "rotor-bench:", err)
+		}
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	logf := func(format string, a ...any) {
+		fmt.Fprintf(stderr, "%s rotor-bench: %s\n", time.Now().UTC().Format("15:04:05"), fmt.Sprintf(format, a...))
+	}
+	rep, err := run(ctx, o, logf)
+	if err != nil {
+		fmt.Fprintln(stderr, "rotor-bench:", err)
+		return 1
+	}
+	rep.WriteText(stdout)
+	if o.JSON != "" {
+		if err := rep.WriteJSONFile(o.JSON); err != nil {
+			fmt.Fprintln(stderr, "rotor-bench:", err)
+			return 1
+		}
+	}
+	return 0
+}
+
+func contains(xs []string, s string) bool {
+	for _, x := range xs {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

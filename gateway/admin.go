@@ -1,0 +1,507 @@
+package gateway
+
+// The admin listener (listen.admin, issue 6): the JSON API under
+// /api/upstreams, /metrics, the status page at / and /healthz. The JSON
+// field names are part of the user-facing contract (CONTRACT.md, "Admin
+// API"); more fields may be added, none renamed.
+//
+// Authentication: with listen.admin_token set, every endpoint but /healthz
+// needs "Authorization: Bearer <token>". A browser cannot send that header
+// when it opens the status page, so GET /?token=<token> checks the token
+// once, sets an HttpOnly SameSite=Strict cookie and redirects to / (the
+// token leaves the address bar and the history). The cookie is accepted for
+// GET and HEAD only: it lets the page and its refresh read, while every
+// state change (disable, enable, report) needs the Bearer header, so a
+// cross-site form cannot act with the operator's cookie.
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/rotor-proxy/rotor/health"
+	"github.com/rotor-proxy/rotor/upstream"
+)
+
+// tokenCookie carries a digest of the admin token for the status page.
+const tokenCookie = "rotor_admin"
+
+// maxReportBody bounds a /report request body.
+const maxReportBody = 16 << 10
+
+// adminHandler serves the admin listener.
+func (s *Server) adminHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", s.serveHealthz)
+	mux.Handle("GET /metrics", s.metrics.handler())
+	mux.HandleFunc("GET /{$}", s.serveStatus)
+	mux.HandleFunc("GET /api/status", s.serveAPIStatus)
+	mux.HandleFunc("GET /api/upstreams", s.serveList)
+	mux.HandleFunc("GET /api/upstreams/{name}", s.withEndpoint(s.serveOne))
+	mux.HandleFunc("POST /api/upstreams/{name}/disable", s.withEndpoint(s.serveDisable))
+	mux.HandleFunc("POST /api/upstreams/{name}/enable", s.withEndpoint(s.serveEnable))
+	mux.HandleFunc("POST /api/upstreams/{name}/report", s.withEndpoint(s.serveReport))
+
+	// Method-less patterns catch what the ones above refuse by method, so
+	// that a 405 carries a JSON body as well as the Allow header.
+	for path, allow := range map[string]string{
+		"/healthz":                       "GET, HEAD",
+		"/metrics":                       "GET, HEAD",
+		"/{$}":                           "GET, HEAD",
+		"/api/status":                    "GET, HEAD",
+		"/api/upstreams":                 "GET, HEAD",
+		"/api/upstreams/{name}":          "GET, HEAD",
+		"/api/upstreams/{name}/disable":  "POST",
+		"/api/upstreams/{name}/enable":   "POST",
+		"/api/upstreams/{name}/report":   "POST",
+		"/api/upstreams/{name}/{action}": "",
+	} {
+		mux.HandleFunc(path, methodNotAllowed(allow))
+	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, "not found: "+r.URL.Path)
+	})
+	return s.requireToken(mux)
+}
+
+// methodNotAllowed answers 405 naming the allowed methods; with allow
+// empty the path itself is unknown (404).
+func methodNotAllowed(allow string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if allow == "" {
+			writeError(w, http.StatusNotFound, "not found: "+r.URL.Path)
+			return
+		}
+		w.Header().Set("Allow", allow)
+		writeError(w, http.StatusMethodNotAllowed, "method "+r.Method+" not allowed; use "+allow)
+	}
+}
+
+// requireToken enforces listen.admin_token (read per request, so a reload
+// that sets or changes it applies at once). /healthz stays open for
+// orchestrators.
+func (s *Server) requireToken(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		token := s.cfg.Load().Listen.AdminToken
+		if token == "" || r.URL.Path == "/healthz" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if bearer, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
+			if equalSecret(strings.TrimSpace(bearer), token) {
+				next.ServeHTTP(w, r)
+				return
+			}
+		}
+		read := r.Method == http.MethodGet || r.Method == http.MethodHead
+		if read {
+			if c, err := r.Cookie(tokenCookie); err == nil && equalSecret(c.Value, cookieValue(token)) {
+				next.ServeHTTP(w, r)
+				return
+			}
+		}
+		if read && r.URL.Path == "/" && r.URL.Query().Has("token") {
+			if equalSecret(r.URL.Query().Get("token"), token) {
+				http.SetCookie(w, &http.Cookie{
+					Name: tokenCookie, Value: cookieValue(token), Path: "/",
+					HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil,
+				})
+				w.Header().Set("Referrer-Policy", "no-referrer")
+				http.Redirect(w, r, "/", http.StatusSeeOther)
+				return
+			}
+		}
+		w.Header().Set("WWW-Authenticate", `Bearer realm="rotor admin"`)
+		writeError(w, http.StatusUnauthorized, "admin token required (Authorization: Bearer <token>)")
+	})
+}
+
+// equalSecret compares in constant time. Hashing first makes the time
+// independent of the lengths as well as of the contents.
+func equalSecret(got, want string) bool {
+	g, w := sha256.Sum256([]byte(got)), sha256.Sum256([]byte(want))
+	return subtle.ConstantTimeCompare(g[:], w[:]) == 1
+}
+
+// cookieValue is what the status-page cookie holds: a digest, so the token
+// itself never sits in the browser's cookie store.
+func cookieValue(token string) string {
+	h := sha256.Sum256([]byte("rotor admin cookie\x00" + token))
+	return hex.EncodeToString(h[:])
+}
+
+// serveHealthz answers 200 while every configured listener is open, 503
+// once shutdown started or when one is missing.
+func (s *Server) serveHealthz(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	if s.ctx.Err() != nil {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = io.WriteString(w, "shutting down\n")
+		return
+	}
+	cfg := s.cfg.Load()
+	for _, f := range []struct{ name, addr string }{{"socks5", cfg.Listen.SOCKS5}, {"http", cfg.Listen.HTTP}} {
+		if f.addr != "" && s.Addr(f.name) == "" {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = io.WriteString(w, f.name+" listener is not up\n")
+			return
+		}
+	}
+	_, _ = io.WriteString(w, "ok\n")
+}
+
+// withEndpoint resolves {name} to an endpoint or answers 404.
+func (s *Server) withEndpoint(h func(http.ResponseWriter, *http.Request, *upstream.Endpoint)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		name := r.PathValue("name")
+		e := s.pool.Lookup(name)
+		if e == nil {
+			writeError(w, http.StatusNotFound, "unknown upstream "+quoteName(name))
+			return
+		}
+		h(w, r, e)
+	}
+}
+
+func (s *Server) serveList(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, s.records())
+}
+
+func (s *Server) serveOne(w http.ResponseWriter, r *http.Request, e *upstream.Endpoint) {
+	writeJSON(w, http.StatusOK, s.record(e))
+}
+
+// serveDisable moves the upstream to disabled (reason operator). It stays
+// listed and keeps its counters and history.
+func (s *Server) serveDisable(w http.ResponseWriter, r *http.Request, e *upstream.Endpoint) {
+	s.tr.Disable(e.Record(), "disabled via admin API")
+	s.log.Info().Str("upstream", e.Name).Str("client", r.RemoteAddr).Msg("admin: upstream disabled")
+	writeJSON(w, http.StatusOK, s.record(e))
+}
+
+// serveEnable moves a disabled or cooling upstream to probe_allowed: it
+// serves again only after a passing probe.
+func (s *Server) serveEnable(w http.ResponseWriter, r *http.Request, e *upstream.Endpoint) {
+	s.tr.Enable(e.Record())
+	s.log.Info().Str("upstream", e.Name).Str("client", r.RemoteAddr).Msg("admin: upstream enabled")
+	writeJSON(w, http.StatusOK, s.record(e))
+}
+
+// reportBody is the body of POST /api/upstreams/{name}/report.
+type reportBody struct {
+	Class  string `json:"class"`
+	Detail string `json:"detail"`
+	Target string `json:"target"`
+	// Stage is optional (not in the contract's body): the default comes
+	// from the class, see reportStage.
+	Stage string `json:"stage"`
+}
+
+// serveReport records a failure a client observed behind rotor's back (a
+// ban page, a CAPTCHA): it counts like a failure rotor saw itself, so the
+// class's cooldown policy and scope apply.
+func (s *Server) serveReport(w http.ResponseWriter, r *http.Request, e *upstream.Endpoint) {
+	var body reportBody
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxReportBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&body); err != nil {
+		writeError(w, http.StatusBadRequest, "invalid body: want JSON {\"class\", \"detail\", \"target\", \"stage\"}: "+err.Error())
+		return
+	}
+	class, ok := health.ParseClass(body.Class)
+	if !ok || class == health.ClassNone || class == health.Operator {
+		writeError(w, http.StatusBadRequest, "invalid class "+quoteName(body.Class)+": want one of "+strings.Join(reportableClasses(), ", "))
+		return
+	}
+	stage := reportStage(class)
+	if body.Stage != "" {
+		if err := stage.UnmarshalText([]byte(body.Stage)); err != nil || stage == health.StageNone || stage == health.StageOperator {
+			writeError(w, http.StatusBadRequest, "invalid stage "+quoteName(body.Stage))
+			return
+		}
+	}
+	detail := "reported by client"
+	if d := cleanText(body.Detail, 200); d != "" {
+		detail += ": " + d
+	}
+	f := &health.Failure{Class: class, Stage: stage, Target: targetHost(body.Target), Err: errors.New(detail)}
+	s.pool.Report(e, f)
+	s.log.Info().Str("upstream", e.Name).Str("client", r.RemoteAddr).Str("class", class.String()).
+		Str("stage", stage.String()).Str("target", f.Target).Msg("admin: failure reported")
+	writeJSON(w, http.StatusOK, s.record(e))
+}
+
+// reportableClasses lists the classes /report accepts.
+func reportableClasses() []string {
+	return []string{
+		health.Refused.String(), health.Timeout.String(), health.AuthRejected.String(),
+		health.UpstreamError.String(), health.SlowBody.String(), health.TargetHTTPError.String(),
+		health.TargetUnreachable.String(), health.TargetTimeout.String(),
+	}
+}
+
+// reportStage is the stage of a client-reported failure of class c when
+// the body names none: where that class is usually observed.
+func reportStage(c health.Class) health.Stage {
+	switch c {
+	case health.TargetHTTPError:
+		return health.StageHTTPStatus
+	case health.SlowBody:
+		return health.StageBody
+	case health.AuthRejected:
+		return health.StageProxyAuth
+	case health.Refused, health.Timeout:
+		return health.StageDial
+	case health.UpstreamError:
+		return health.StageProxyHandshake
+	default: // target_unreachable, target_timeout
+		return health.StageTargetConnect
+	}
+}
+
+// targetHost reduces a reported target to a lower-case host without port,
+// the key of per-target cooldowns.
+func targetHost(t string) string {
+	t = strings.TrimSpace(t)
+	if h, _, err := net.SplitHostPort(t); err == nil {
+		t = h
+	}
+	return strings.ToLower(strings.Trim(cleanText(t, 253), "[]"))
+}
+
+// cleanText drops control characters and bounds s to n bytes, so a
+// client-supplied detail cannot forge log lines or bloat the history.
+func cleanText(s string, n int) string {
+	s = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return ' '
+		}
+		return r
+	}, strings.TrimSpace(s))
+	if len(s) > n {
+		s = s[:n]
+		for len(s) > 0 && !utf8Start(s[len(s)-1]) {
+			s = s[:len(s)-1]
+		}
+	}
+	return s
+}
+
+func utf8Start(b byte) bool { return b < 0x80 || b >= 0xC0 }
+
+// quoteName quotes a user-supplied name for an error message.
+func quoteName(s string) string {
+	b, _ := json.Marshal(cleanText(s, 200))
+	return string(b)
+}
+
+// upstreamJSON is one record of the admin API (CONTRACT.md). Nullable
+// contract fields are pointers: reason and stage are null before the first
+// failure, until is null unless cooling, last_success null before the first
+// success.
+type upstreamJSON struct {
+	Name        string            `json:"name"`
+	URL         string            `json:"url"`
+	State       string            `json:"state"`
+	Reason      *string           `json:"reason"`
+	Stage       *string           `json:"stage"`
+	Until       *string           `json:"until"`
+	Failures    map[string]uint64 `json:"failures"`
+	Successes   uint64            `json:"successes"`
+	Active      int64             `json:"active"`
+	LastSuccess *string           `json:"last_success"`
+	History     []transitionJSON  `json:"history"`
+	Targets     []targetJSON      `json:"targets"`
+
+	// Beyond the contract.
+	Detail          string            `json:"detail,omitempty"`
+	Tags            []string          `json:"tags"`
+	FailuresByStage map[string]uint64 `json:"failures_by_stage"`
+	Streak          int               `json:"streak"`
+	Probing         bool              `json:"probing"`
+	SlowStart       bool              `json:"slow_start"`
+	Probes          probesJSON        `json:"probes"`
+}
+
+type transitionJSON struct {
+	At     string  `json:"at"`
+	From   string  `json:"from"`
+	To     string  `json:"to"`
+	Reason *string `json:"reason"`
+	Stage  *string `json:"stage"`
+	Detail string  `json:"detail"`
+	Target string  `json:"target,omitempty"`
+}
+
+type targetJSON struct {
+	Host   string  `json:"host"`
+	Reason *string `json:"reason"`
+	Stage  *string `json:"stage"`
+	Until  *string `json:"until"`
+}
+
+type probesJSON struct {
+	OK     uint64  `json:"ok"`
+	Failed uint64  `json:"failed"`
+	Last   *string `json:"last"`
+}
+
+// records returns every endpoint's record, in pool order.
+func (s *Server) records() []upstreamJSON {
+	eps := s.pool.Endpoints()
+	out := make([]upstreamJSON, 0, len(eps))
+	for _, e := range eps {
+		out = append(out, s.record(e))
+	}
+	return out
+}
+
+// record renders e's health snapshot for the API.
+func (s *Server) record(e *upstream.Endpoint) upstreamJSON {
+	snap := s.tr.Snapshot(e.Record())
+	scrub := passwordScrubber(e)
+	j := upstreamJSON{
+		Name:            e.Name,
+		URL:             e.Redacted(),
+		State:           snap.State.String(),
+		Reason:          classPtr(snap.Reason),
+		Stage:           stagePtr(snap.Stage),
+		Until:           timePtr(snap.Until),
+		Failures:        map[string]uint64{},
+		Successes:       snap.Successes,
+		Active:          e.Active(),
+		LastSuccess:     timePtr(snap.LastSuccess),
+		History:         make([]transitionJSON, 0, len(snap.History)),
+		Targets:         make([]targetJSON, 0, len(snap.Targets)),
+		Detail:          scrub(snap.Detail),
+		Tags:            append([]string{}, e.Tags...),
+		FailuresByStage: map[string]uint64{},
+		Streak:          snap.Streak,
+		Probing:         snap.Probing,
+		SlowStart:       snap.SlowStart,
+		Probes:          probesJSON{OK: snap.ProbesOK, Failed: snap.ProbesFailed, Last: timePtr(snap.LastProbe)},
+	}
+	for c, n := range snap.Failures {
+		j.Failures[c.String()] = n
+	}
+	for st, n := range snap.Stages {
+		j.FailuresByStage[st.String()] = n
+	}
+	for _, h := range snap.History {
+		j.History = append(j.History, transitionJSON{
+			At: formatTime(h.At), From: h.From.String(), To: h.To.String(),
+			Reason: classPtr(h.Reason), Stage: stagePtr(h.Stage), Detail: scrub(h.Detail), Target: h.Target,
+		})
+	}
+	for _, t := range snap.Targets {
+		j.Targets = append(j.Targets, targetJSON{Host: t.Host, Reason: classPtr(t.Reason), Stage: stagePtr(t.Stage), Until: timePtr(t.Until)})
+	}
+	return j
+}
+
+// passwordScrubber returns a filter that replaces e's password wherever it
+// appears. Details come from errors that should never carry it (upstream
+// redacts its errors); this is the last line of defence for the API.
+func passwordScrubber(e *upstream.Endpoint) func(string) string {
+	pw := ""
+	if e.URL != nil && e.URL.User != nil {
+		pw, _ = e.URL.User.Password()
+	}
+	if len(pw) < 3 { // a one- or two-letter password would shred every detail
+		return func(s string) string { return s }
+	}
+	return func(s string) string { return strings.ReplaceAll(s, pw, "xxxxx") }
+}
+
+func classPtr(c health.Class) *string {
+	if c == health.ClassNone {
+		return nil
+	}
+	s := c.String()
+	return &s
+}
+
+func stagePtr(st health.Stage) *string {
+	if st == health.StageNone {
+		return nil
+	}
+	s := st.String()
+	return &s
+}
+
+func timePtr(t time.Time) *string {
+	if t.IsZero() {
+		return nil
+	}
+	s := formatTime(t)
+	return &s
+}
+
+// formatTime is RFC 3339 in UTC, the contract's time format.
+func formatTime(t time.Time) string { return t.UTC().Format(time.RFC3339) }
+
+// statusJSON is GET /api/status: totals and records in one answer, for the
+// status page's refresh.
+type statusJSON struct {
+	Now       string         `json:"now"`
+	States    map[string]int `json:"states"`
+	Waiting   int64          `json:"waiting"`
+	Tunnels   int            `json:"tunnels"`
+	Upstreams []upstreamJSON `json:"upstreams"`
+}
+
+func (s *Server) status() statusJSON {
+	ups := s.records()
+	st := statusJSON{
+		Now:       s.clock.Now().UTC().Format(time.RFC3339Nano),
+		States:    map[string]int{},
+		Waiting:   s.pool.Waiting(),
+		Tunnels:   s.tunnels.count(),
+		Upstreams: ups,
+	}
+	for _, state := range health.AllStates() {
+		st.States[state.String()] = 0
+	}
+	for _, u := range ups {
+		st.States[u.State]++
+	}
+	return st
+}
+
+func (s *Server) serveAPIStatus(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, s.status())
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, "encode: "+err.Error())
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(code)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+// writeError answers {"error": msg}.
+func writeError(w http.ResponseWriter, code int, msg string) {
+	b, _ := json.Marshal(struct {
+		Error string `json:"error"`
+	}{msg})
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(code)
+	_, _ = w.Write(append(b, '\n'))
+}

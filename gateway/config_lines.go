@@ -1,0 +1,98 @@
+package gateway
+
+import (
+	"strings"
+
+	"github.com/BurntSushi/toml"
+)
+
+// lineIndex maps TOML keys and table headers to the line they are on, so
+// that errors found after decoding (unknown keys, cross-field checks) still
+// point at a line. It is a best-effort scan of the text, not a parser: the
+// decoder has already accepted the syntax.
+type lineIndex struct {
+	keys   map[string]int // "table.key" (array tables without index) → first line
+	tables map[string]int // "table" → first header line
+	arrays map[string][]int
+}
+
+func indexLines(text string) lineIndex {
+	ix := lineIndex{keys: map[string]int{}, tables: map[string]int{}, arrays: map[string][]int{}}
+	table := ""
+	for i, raw := range strings.Split(text, "\n") {
+		n := i + 1
+		line := strings.TrimSpace(raw)
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		if strings.HasPrefix(line, "[[") {
+			if end := strings.Index(line, "]]"); end > 0 {
+				table = strings.TrimSpace(line[2:end])
+				ix.arrays[table] = append(ix.arrays[table], n)
+				if _, ok := ix.tables[table]; !ok {
+					ix.tables[table] = n
+				}
+			}
+			continue
+		}
+		if line[0] == '[' {
+			if end := strings.Index(line, "]"); end > 0 {
+				table = strings.TrimSpace(line[1:end])
+				if _, ok := ix.tables[table]; !ok {
+					ix.tables[table] = n
+				}
+			}
+			continue
+		}
+		eq := strings.Index(line, "=")
+		if eq <= 0 {
+			continue
+		}
+		k := strings.Trim(strings.TrimSpace(line[:eq]), `"'`)
+		full := k
+		if table != "" {
+			full = table + "." + k
+		}
+		if _, ok := ix.keys[full]; !ok {
+			ix.keys[full] = n
+		}
+	}
+	return ix
+}
+
+// key returns the line of k, falling back to its table's line, or 0.
+func (ix lineIndex) key(k toml.Key) int {
+	for j := len(k); j > 0; j-- {
+		s := strings.Join(k[:j], ".")
+		if n, ok := ix.keys[s]; ok {
+			return n
+		}
+		if n, ok := ix.tables[s]; ok {
+			return n
+		}
+	}
+	return 0
+}
+
+// table returns the header line of the first of names that exists, or 0.
+func (ix lineIndex) table(names ...string) int {
+	for _, t := range names {
+		if n, ok := ix.tables[t]; ok {
+			return n
+		}
+		for k, n := range ix.keys {
+			if strings.HasPrefix(k, t+".") {
+				return n
+			}
+		}
+	}
+	return 0
+}
+
+// arrayTable returns the header line of the i-th [[name]], or 0.
+func (ix lineIndex) arrayTable(name string, i int) int {
+	if l := ix.arrays[name]; i < len(l) {
+		return l[i]
+	}
+	return 0
+}

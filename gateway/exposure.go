@@ -1,0 +1,68 @@
+package gateway
+
+import (
+	"errors"
+	"net"
+	"strconv"
+)
+
+// checkExposure refuses configurations that would make rotor an open proxy
+// or an unauthenticated admin API on the network.
+func checkExposure(cfg *Config) error {
+	if len(cfg.Clients) == 0 && !cfg.Listen.AllowOpen {
+		for _, a := range []string{cfg.Listen.SOCKS5, cfg.Listen.HTTP} {
+			if a != "" && !isLoopback(a) {
+				return errors.New("refusing to start an open proxy: " + a + " is not a loopback address and no [[client]] is configured (add [[client]] credentials, or set listen.allow_open = true)")
+			}
+		}
+	}
+	if cfg.Listen.Admin != "" && !isLoopback(cfg.Listen.Admin) && cfg.Listen.AdminToken == "" {
+		return errors.New("refusing to start: listen.admin " + cfg.Listen.Admin + " is not a loopback address and no admin_token (or admin_token_env) is set")
+	}
+	return nil
+}
+
+// isLoopback reports whether addr (host:port) binds only loopback. An empty
+// host or a wildcard binds every interface.
+func isLoopback(addr string) bool {
+	if addr == "" {
+		return true
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// selfTarget reports whether addr (a client's requested target) is one of
+// rotor's own listeners, which clients must not reach through rotor (a
+// loop, or a way around the admin API's loopback binding).
+func (s *Server) selfTarget(addr string) bool {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(host)
+	local := host == "localhost" || (ip != nil && (ip.IsLoopback() || ip.IsUnspecified()))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, ln := range s.listeners {
+		la, ok := ln.Addr().(*net.TCPAddr)
+		if !ok || port != itoa(la.Port) {
+			continue
+		}
+		if local || (ip != nil && ip.Equal(la.IP)) {
+			return true
+		}
+	}
+	return false
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+var errSelfTarget = errors.New("rotor does not proxy to its own listeners")

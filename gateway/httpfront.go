@@ -1,0 +1,167 @@
+package gateway
+
+import (
+	"context"
+	"encoding/base64"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/rotor-proxy/rotor/upstream"
+)
+
+// proxyHandler serves the HTTP front: CONNECT tunnels and absolute-URI
+// http:// forwarding. Anything else is not a proxy request.
+func (s *Server) proxyHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		params, ok := s.proxyAuth(w, r)
+		if !ok {
+			return
+		}
+		switch {
+		case r.Method == http.MethodConnect:
+			s.serveConnect(w, r, params)
+		case r.URL.IsAbs() && strings.EqualFold(r.URL.Scheme, "http"):
+			s.serveForward(w, r, params)
+		case r.URL.IsAbs():
+			plainError(w, http.StatusBadRequest, "bad_request", "rotor forwards only http:// URLs; use CONNECT for https://")
+		default:
+			plainError(w, http.StatusBadRequest, "bad_request", "this is rotor's proxy port: send absolute-URI requests or CONNECT")
+		}
+	})
+}
+
+// proxyAuth checks Proxy-Authorization when clients are configured, and
+// extracts username parameters either way. It answers 407 itself.
+func (s *Server) proxyAuth(w http.ResponseWriter, r *http.Request) (userParams, bool) {
+	auth := s.auth.Load()
+	user, pass, have := parseProxyAuth(r.Header.Get("Proxy-Authorization"))
+	params := parseUser(user)
+	if !auth.required() {
+		return params, true
+	}
+	if have && auth.check(params.User, pass) {
+		return params, true
+	}
+	w.Header().Set("Proxy-Authenticate", `Basic realm="rotor"`)
+	plainError(w, http.StatusProxyAuthRequired, "client_auth", "proxy authentication required")
+	return params, false
+}
+
+func parseProxyAuth(h string) (user, pass string, ok bool) {
+	const prefix = "basic "
+	if len(h) < len(prefix) || !strings.EqualFold(h[:len(prefix)], prefix) {
+		return "", "", false
+	}
+	raw, err := base64.StdEncoding.DecodeString(strings.TrimSpace(h[len(prefix):]))
+	if err != nil {
+		return "", "", false
+	}
+	user, pass, ok = strings.Cut(string(raw), ":")
+	return user, pass, ok
+}
+
+func plainError(w http.ResponseWriter, status int, rotorErr, reason string) {
+	h := w.Header()
+	h.Set("Content-Type", "text/plain; charset=utf-8")
+	h.Set("X-Rotor-Error", rotorErr)
+	h.Set("Connection", "close")
+	w.WriteHeader(status)
+	_, _ = w.Write([]byte(reason + "\n"))
+}
+
+// serveConnect dials the target through the pool, answers 200 naming the
+// upstream, hijacks the client connection and relays.
+func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request, params userParams) {
+	start := time.Now()
+	id := s.connID.Add(1)
+	addr := r.Host
+	if _, port, err := net.SplitHostPort(addr); err != nil || port == "" {
+		plainError(w, http.StatusBadRequest, "bad_request", "CONNECT needs host:port")
+		return
+	}
+	if s.selfTarget(addr) {
+		plainError(w, http.StatusForbidden, "forbidden", errSelfTarget.Error())
+		return
+	}
+	cfg := s.cfg.Load()
+	req := upstream.Request{Addr: addr, Tags: params.Tags, Session: params.Session}
+	ctx, cancel := context.WithCancel(r.Context())
+	lease, err := s.pool.Dial(ctx, req)
+	cancel()
+	if err != nil {
+		cf := explain(err)
+		plainError(w, cf.Status, cf.Header, cf.Reason)
+		s.logTunnel(id, "http", nil, params.User, addr, nil, err, relayResult{}, start, r.RemoteAddr)
+		return
+	}
+	hj, ok := w.(http.Hijacker)
+	if !ok {
+		_ = lease.Conn.Close()
+		lease.Done()
+		plainError(w, http.StatusInternalServerError, "internal", "connection cannot be hijacked")
+		return
+	}
+	c, rw, err := hj.Hijack()
+	defer s.releaseHijacked(c)
+	if err != nil {
+		_ = lease.Conn.Close()
+		lease.Done()
+		return
+	}
+	_ = c.SetDeadline(time.Time{})
+	var pending []byte
+	if n := rw.Reader.Buffered(); n > 0 {
+		pending, _ = rw.Reader.Peek(n)
+		pending = append([]byte(nil), pending...)
+	}
+	resp := "HTTP/1.1 200 Connection established\r\nX-Rotor-Upstream: " + lease.Endpoint.Name + "\r\n\r\n"
+	if _, err := c.Write([]byte(resp)); err != nil {
+		_ = c.Close()
+		_ = lease.Conn.Close()
+		lease.Done()
+		return
+	}
+	s.tunnels.add(id, c, lease.Conn)
+	s.metrics.tunnelStart("http")
+	res := relay(c, lease.Conn, pending, cfg.SlowBody)
+	s.tunnels.remove(id)
+	s.finishLease(lease, addr, res)
+	s.logTunnel(id, "http", c, params.User, addr, lease, nil, res, start)
+}
+
+// httpConnState counts HTTP front connections against the limits. A
+// hijacked connection stays counted until its tunnel ends.
+func (s *Server) httpConnState(c net.Conn, st http.ConnState) {
+	switch st {
+	case http.StateNew:
+		release, ok := s.limits.acquire("http", c)
+		if !ok {
+			_, _ = c.Write([]byte("HTTP/1.1 503 Service Unavailable\r\nX-Rotor-Error: limit\r\nContent-Type: text/plain\r\nConnection: close\r\nContent-Length: 31\r\n\r\nconnection limit reached, retry"))
+			_ = c.Close()
+			s.metrics.tunnelDone("http", "refused_limit")
+			return
+		}
+		s.connRelease.Store(c, release)
+	case http.StateClosed, http.StateHijacked:
+		if v, ok := s.connRelease.LoadAndDelete(c); ok {
+			if st == http.StateHijacked {
+				// Released when the tunnel ends: see serveConnect's caller.
+				s.hijackRelease.Store(c, v)
+				return
+			}
+			v.(func())()
+		}
+	}
+}
+
+// releaseHijacked releases the limit slot of a hijacked connection.
+func (s *Server) releaseHijacked(c net.Conn) {
+	if c == nil {
+		return
+	}
+	if v, ok := s.hijackRelease.LoadAndDelete(c); ok {
+		v.(func())()
+	}
+}

@@ -1,0 +1,132 @@
+package gateway
+
+// Log field vocabulary (STYLE rule 49), used by every line rotor writes:
+// conn_id, listener, client, user, target, upstream, attempt(s), class,
+// stage, from, to, until, dur, bytes_up, bytes_down, outcome, err.
+// Passwords, Proxy-Authorization values and upstream userinfo are never
+// logged: upstreams appear by name, users by their base name.
+
+import (
+	"bytes"
+	"errors"
+	"log"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/rotor-proxy/rotor/health"
+	"github.com/rotor-proxy/rotor/upstream"
+)
+
+// finishLease reports what the relay observed and releases the lease.
+func (s *Server) finishLease(l *upstream.Lease, addr string, res relayResult) {
+	if res.Failure != nil {
+		res.Failure.Target = upstream.Request{Addr: addr}.Host()
+		l.Fail(res.Failure)
+	}
+	s.metrics.bytes(res.Up, res.Down)
+	l.Done()
+}
+
+// logTunnel writes the one summary line of a tunnel (SOCKS5 or CONNECT).
+func (s *Server) logTunnel(id uint64, front string, c net.Conn, user, target string, l *upstream.Lease, err error, res relayResult, start time.Time, remote ...string) {
+	outcome := "ok"
+	var f *health.Failure
+	switch {
+	case err != nil:
+		outcome = "failed"
+		if errors.Is(err, upstream.ErrNoEligible) {
+			outcome = "unavailable"
+		}
+		errors.As(err, &f)
+	case res.Failure != nil:
+		outcome = "slow_body"
+		f = res.Failure
+	}
+	s.metrics.tunnelDone(front, outcome)
+	ev := s.log.Info()
+	if outcome != "ok" {
+		ev = s.log.Warn()
+	}
+	client := ""
+	if c != nil {
+		client = c.RemoteAddr().String()
+	} else if len(remote) > 0 {
+		client = remote[0]
+	}
+	ev = ev.Uint64("conn_id", id).Str("listener", front).Str("client", client).Str("target", target).
+		Dur("dur", time.Since(start)).Str("outcome", outcome)
+	if user != "" {
+		ev = ev.Str("user", user)
+	}
+	if l != nil {
+		ev = ev.Str("upstream", l.Endpoint.Name).Int("attempts", len(l.Attempts)+1).
+			Int64("bytes_up", res.Up).Int64("bytes_down", res.Down)
+	}
+	var ae *upstream.AttemptsError
+	if errors.As(err, &ae) {
+		ev = ev.Int("attempts", len(ae.Attempts)).Str("upstream", ae.Last().Upstream)
+	}
+	if f != nil {
+		ev = ev.Str("class", f.Class.String()).Str("stage", f.Stage.String())
+	}
+	if err != nil {
+		ev = ev.Str("err", err.Error())
+	}
+	ev.Msg("tunnel closed")
+}
+
+// logForward writes the summary line of one forwarded plain-HTTP request.
+func (s *Server) logForward(id uint64, r *http.Request, user string, e *upstream.Endpoint, att *upstream.Attempts, err error, n int64, start time.Time) {
+	outcome := "ok"
+	if err != nil {
+		outcome = "failed"
+		if errors.Is(err, upstream.ErrNoEligible) {
+			outcome = "unavailable"
+		}
+	}
+	s.metrics.tunnelDone("http_forward", outcome)
+	s.metrics.bytes(0, n)
+	ev := s.log.Info()
+	if err != nil {
+		ev = s.log.Warn()
+	}
+	ev = ev.Uint64("conn_id", id).Str("listener", "http").Str("client", r.RemoteAddr).Str("target", r.URL.Host).
+		Str("method", r.Method).Dur("dur", time.Since(start)).Str("outcome", outcome).
+		Int("attempts", len(att.List())+boolInt(e != nil)).Int64("bytes_down", n)
+	if user != "" {
+		ev = ev.Str("user", user)
+	}
+	if e != nil {
+		ev = ev.Str("upstream", e.Name)
+	}
+	var f *health.Failure
+	if errors.As(err, &f) {
+		ev = ev.Str("class", f.Class.String()).Str("stage", f.Stage.String())
+	}
+	if err != nil {
+		ev = ev.Str("err", err.Error())
+	}
+	ev.Msg("request forwarded")
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// httpErrorLog routes net/http's own error lines (TLS noise, malformed
+// requests) to zerolog at debug level.
+func httpErrorLog(l zerolog.Logger, name string) *log.Logger {
+	return log.New(lineWriter(func(p []byte) {
+		l.Debug().Str("listener", name).Str("err", string(bytes.TrimSpace(p))).Msg("http server")
+	}), "", 0)
+}
+
+type lineWriter func([]byte)
+
+func (w lineWriter) Write(p []byte) (int, error) { w(p); return len(p), nil }

@@ -1,0 +1,244 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/rotor-proxy/rotor/health"
+	"github.com/rotor-proxy/rotor/upstream"
+)
+
+// Server is a running rotor: front listeners, the pool, the health tracker
+// and its prober loop, and the admin API.
+type Server struct {
+	log   zerolog.Logger
+	clock health.Clock
+	tr    *health.Tracker
+	pool  *upstream.Pool
+
+	cfg  atomic.Pointer[Config]
+	auth atomic.Pointer[authenticator]
+
+	ctx    context.Context // cancelled by Shutdown: ends waits and the prober
+	cancel context.CancelFunc
+
+	tunnels       registry
+	connID        atomic.Uint64
+	metrics       *metrics
+	limits        *connLimits
+	transports    sync.Map // *upstream.Endpoint → *http.Transport
+	connRelease   sync.Map // net.Conn → func(): limit slot of an HTTP front conn
+	hijackRelease sync.Map // net.Conn → func(): slot of a hijacked conn, until its tunnel ends
+
+	mu        sync.Mutex // guards listeners and servers
+	listeners map[string]net.Listener
+	servers   []*http.Server
+	wg        sync.WaitGroup // accept loops, conn handlers, prober
+}
+
+// Options are the non-config dependencies of a Server.
+type Options struct {
+	Log   zerolog.Logger
+	Clock health.Clock // nil: real time
+}
+
+// New builds a server from cfg. It does not listen yet.
+func New(cfg *Config, opt Options) (*Server, error) {
+	clock := opt.Clock
+	if clock == nil {
+		clock = health.RealClock()
+	}
+	s := &Server{log: opt.Log, clock: clock, listeners: map[string]net.Listener{}}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.tr = health.NewTracker(trackerConfig(cfg), clock, opt.Log)
+	dial := upstream.DialConfig{AllowPrivate: cfg.AllowPrivateDestinations}
+	pool, err := upstream.NewPool(cfg.Pool, dial, s.tr, clock, opt.Log)
+	if err != nil {
+		return nil, err
+	}
+	s.pool = pool
+	s.metrics = newMetrics(s)
+	s.limits = newConnLimits(cfg.Listen.MaxConnections, cfg.Listen.MaxConnectionsPerIP)
+	if err := s.apply(cfg); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func trackerConfig(cfg *Config) health.Config {
+	return health.Config{
+		Cooldown:      cfg.Cooldown,
+		Probe:         cfg.Probe,
+		SlowStart:     cfg.Pool.SlowStart,
+		StartEligible: cfg.Pool.StartEligible,
+	}
+}
+
+// apply installs cfg's upstreams and credentials.
+func (s *Server) apply(cfg *Config) error {
+	specs, err := cfg.Specs(s.log)
+	if err != nil {
+		return err
+	}
+	added, removed, err := s.pool.Update(specs)
+	if err != nil {
+		return err
+	}
+	_ = added // the tracker logs each new record with its initial state
+	for _, n := range removed {
+		s.log.Info().Str("upstream", n).Str("class", "operator").Msg("upstream removed from config")
+	}
+	s.auth.Store(newAuthenticator(cfg.Clients))
+	s.cfg.Store(cfg)
+	return nil
+}
+
+// Pool returns the server's pool.
+func (s *Server) Pool() *upstream.Pool { return s.pool }
+
+// Tracker returns the server's health tracker.
+func (s *Server) Tracker() *health.Tracker { return s.tr }
+
+// Config returns the configuration in force.
+func (s *Server) Config() *Config { return s.cfg.Load() }
+
+// Start opens the listeners of the config and starts serving. It fails
+// without serving anything when a listener cannot be opened.
+func (s *Server) Start() error {
+	cfg := s.cfg.Load()
+	if err := checkExposure(cfg); err != nil {
+		return err
+	}
+	type front struct {
+		name, addr string
+	}
+	fronts := []front{{"socks5", cfg.Listen.SOCKS5}, {"http", cfg.Listen.HTTP}, {"admin", cfg.Listen.Admin}}
+	for _, f := range fronts {
+		if f.addr == "" {
+			continue
+		}
+		ln, err := net.Listen("tcp", f.addr)
+		if err != nil {
+			s.closeListeners()
+			return fmt.Errorf("listen %s on %s: %w", f.name, f.addr, err)
+		}
+		s.listeners[f.name] = ln
+	}
+	if cfg.Listen.AllowOpen && len(cfg.Clients) == 0 && !(isLoopback(cfg.Listen.SOCKS5) && isLoopback(cfg.Listen.HTTP)) {
+		s.log.Warn().Msg("OPEN PROXY: a front listens beyond loopback with no [[client]] credentials (listen.allow_open = true)")
+	}
+	s.wg.Add(1)
+	go func() { // owner: Server; ends when s.ctx is cancelled by Shutdown
+		defer s.wg.Done()
+		_ = s.tr.Run(s.ctx)
+	}()
+	for name, ln := range s.listeners {
+		s.log.Info().Str("listener", name).Str("addr", ln.Addr().String()).Msg("listening")
+		switch name {
+		case "socks5":
+			s.wg.Add(1)
+			go s.acceptSOCKS(ln)
+		case "http":
+			s.serveHTTP(ln, s.proxyHandler(), "http")
+		case "admin":
+			s.serveHTTP(ln, s.adminHandler(), "admin")
+		}
+	}
+	return nil
+}
+
+// Addr returns the bound address of a front ("socks5", "http", "admin"),
+// or "" when it is not listening.
+func (s *Server) Addr(front string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ln, ok := s.listeners[front]; ok {
+		return ln.Addr().String()
+	}
+	return ""
+}
+
+func (s *Server) serveHTTP(ln net.Listener, h http.Handler, name string) {
+	cfg := s.cfg.Load()
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: cfg.Listen.HandshakeTimeout,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          httpErrorLog(s.log, name),
+		BaseContext:       func(net.Listener) context.Context { return s.ctx },
+	}
+	if name == "http" {
+		srv.ConnState = s.httpConnState
+	}
+	s.mu.Lock()
+	s.servers = append(s.servers, srv)
+	s.mu.Unlock()
+	s.wg.Add(1)
+	go func() { // owner: Server; ends when the listener is closed
+		defer s.wg.Done()
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
+			s.log.Error().Err(err).Str("listener", name).Msg("serve failed")
+		}
+	}()
+}
+
+func (s *Server) closeListeners() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, ln := range s.listeners {
+		_ = ln.Close()
+	}
+}
+
+// Shutdown stops accepting, lets open tunnels finish until ctx ends, then
+// force-closes what remains and stops the prober. It returns once every
+// goroutine the server started has ended.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.closeListeners()
+	s.mu.Lock()
+	servers := append([]*http.Server(nil), s.servers...)
+	s.mu.Unlock()
+	var hwg sync.WaitGroup
+	for _, srv := range servers {
+		hwg.Add(1)
+		go func() { // owner: Shutdown; ends when the server is shut down or ctx ends
+			defer hwg.Done()
+			if err := srv.Shutdown(ctx); err != nil {
+				_ = srv.Close()
+			}
+		}()
+	}
+	drained := s.tunnels.wait(ctx)
+	if !drained {
+		n := s.tunnels.closeAll()
+		s.log.Warn().Int("tunnels", n).Msg("shutdown grace over: closing open tunnels")
+	}
+	hwg.Wait()
+	s.cancel()
+	s.wg.Wait()
+	return nil
+}
+
+// Reload swaps in cfg: upstreams are matched by identity so unchanged ones
+// keep their health; credentials and policies change for new connections.
+// Listener addresses cannot change without a restart; that is reported.
+func (s *Server) Reload(cfg *Config) error {
+	old := s.cfg.Load()
+	if old.Listen.SOCKS5 != cfg.Listen.SOCKS5 || old.Listen.HTTP != cfg.Listen.HTTP || old.Listen.Admin != cfg.Listen.Admin {
+		s.log.Warn().Msg("reload: listener addresses changed; they take effect after a restart")
+	}
+	if err := s.apply(cfg); err != nil {
+		return err
+	}
+	s.log.Info().Int("upstreams", len(s.pool.Endpoints())).Msg("config reloaded")
+	return nil
+}

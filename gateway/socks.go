@@ -1,0 +1,321 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log"
+	"net"
+	"sync"
+	"time"
+
+	socks5 "github.com/armon/go-socks5"
+
+	"github.com/rotor-proxy/rotor/upstream"
+)
+
+// SOCKS5 reply codes (RFC 1928 section 6).
+const (
+	repSuccess          = 0x00
+	repGeneralFailure   = 0x01
+	repNotAllowed       = 0x02
+	repNetUnreachable   = 0x03
+	repHostUnreachable  = 0x04
+	repConnRefused      = 0x05
+	repTTLExpired       = 0x06
+	repCmdNotSupported  = 0x07
+	repAddrNotSupported = 0x08
+)
+
+// errHandled tells go-socks5 that rotor already answered the client (and
+// relayed the tunnel, when it succeeded). Its own reply is swallowed.
+var errHandled = errors.New("handled by rotor")
+
+func (s *Server) acceptSOCKS(ln net.Listener) {
+	defer s.wg.Done()
+	var conns sync.WaitGroup
+	defer conns.Wait()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				time.Sleep(10 * time.Millisecond) // EMFILE and friends: back off, don't spin
+				continue
+			}
+			s.log.Error().Err(err).Msg("socks5 accept failed")
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		release, ok := s.limits.acquire("socks5", c)
+		if !ok {
+			// Over a connection limit: answer the greeting with "no
+			// acceptable methods" is wrong (it blames auth); close after a
+			// general-failure reply instead once the greeting arrives.
+			conns.Add(1)
+			go func() { // owner: acceptSOCKS; ends within the handshake deadline
+				defer conns.Done()
+				s.refuseSOCKS(c)
+			}()
+			continue
+		}
+		conns.Add(1)
+		go func() { // owner: acceptSOCKS; ends when the client's tunnel ends
+			defer conns.Done()
+			defer release()
+			s.serveSOCKS(c)
+		}()
+	}
+}
+
+// refuseSOCKS answers an over-limit client with a general failure.
+func (s *Server) refuseSOCKS(c net.Conn) {
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+	buf := make([]byte, 258)
+	if _, err := io.ReadAtLeast(c, buf, 2); err != nil {
+		return
+	}
+	_, _ = c.Write([]byte{5, 0})
+	_, _ = c.Read(buf)
+	_, _ = c.Write([]byte{5, repGeneralFailure, 0, 1, 0, 0, 0, 0, 0, 0})
+	s.metrics.tunnelDone("socks5", "refused_limit")
+}
+
+// serveSOCKS runs one SOCKS5 client connection. go-socks5 parses the
+// greeting, authentication and request; rotor takes over in the Dial hook:
+// it picks and dials the upstream, writes the reply itself (so the reply
+// code says what really happened, RFC 1928 section 6), and relays the
+// tunnel between the raw connections.
+func (s *Server) serveSOCKS(c net.Conn) {
+	id := s.connID.Add(1)
+	cfg := s.cfg.Load()
+	auth := s.auth.Load()
+	_ = c.SetDeadline(time.Now().Add(cfg.Listen.HandshakeTimeout))
+	cc := &socksConn{Conn: c, preferUserPass: true}
+	var user string
+	creds := credentialFunc(func(u, p string) bool {
+		params := parseUser(u)
+		user = u
+		return auth.check(params.User, p)
+	})
+	methods := []socks5.Authenticator{socks5.UserPassAuthenticator{Credentials: creds}}
+	if !auth.required() {
+		methods = append(methods, socks5.NoAuthAuthenticator{})
+	}
+	handled := false
+	conf := &socks5.Config{
+		AuthMethods: methods,
+		Resolver:    noResolve{},
+		Logger:      log.New(io.Discard, "", 0),
+		Dial: func(_ context.Context, _, addr string) (net.Conn, error) {
+			handled = true
+			_ = c.SetDeadline(time.Time{})
+			cc.hijack()
+			s.socksTunnel(id, c, cc.leftover(user != ""), parseUser(user), addr)
+			return nil, errHandled
+		},
+	}
+	srv, err := socks5.New(conf)
+	if err != nil {
+		_ = c.Close()
+		return
+	}
+	err = srv.ServeConn(cc)
+	if !handled {
+		_ = c.Close()
+		if err != nil && !errors.Is(err, io.EOF) {
+			s.log.Debug().Uint64("conn_id", id).Str("listener", "socks5").Str("client", c.RemoteAddr().String()).
+				Str("err", err.Error()).Msg("socks5 handshake failed")
+			s.metrics.tunnelDone("socks5", "handshake_error")
+		}
+	}
+}
+
+// socksTunnel dials the target through the pool and relays.
+func (s *Server) socksTunnel(id uint64, c net.Conn, pending []byte, params userParams, addr string) {
+	start := time.Now()
+	cfg := s.cfg.Load()
+	if s.selfTarget(addr) {
+		_, _ = c.Write(socksReply(repNotAllowed, nil))
+		_ = c.Close()
+		s.logTunnel(id, "socks5", c, params.User, addr, nil, errSelfTarget, relayResult{}, start)
+		return
+	}
+	req := upstream.Request{Addr: addr, Tags: params.Tags, Session: params.Session}
+	ctx, cancel := context.WithCancel(s.ctx)
+	lease, err := s.pool.Dial(ctx, req)
+	cancel()
+	if err != nil {
+		_, _ = c.Write(socksReply(socksCode(err), nil))
+		_ = c.Close()
+		s.logTunnel(id, "socks5", c, params.User, addr, nil, err, relayResult{}, start)
+		return
+	}
+	_, _ = c.Write(socksReply(repSuccess, lease.Conn.LocalAddr()))
+	s.tunnels.add(id, c, lease.Conn)
+	s.metrics.tunnelStart("socks5")
+	res := relay(c, lease.Conn, pending, cfg.SlowBody)
+	s.tunnels.remove(id)
+	s.finishLease(lease, addr, res)
+	s.logTunnel(id, "socks5", c, params.User, addr, lease, nil, res, start)
+}
+
+// socksReply encodes a reply with BND.ADDR from bind (0.0.0.0:0 when nil).
+func socksReply(code byte, bind net.Addr) []byte {
+	ip := net.IPv4zero.To4()
+	port := 0
+	if ta, ok := bind.(*net.TCPAddr); ok {
+		if v4 := ta.IP.To4(); v4 != nil {
+			ip, port = v4, ta.Port
+		} else if ta.IP != nil {
+			b := []byte{5, code, 0, 4}
+			b = append(b, ta.IP.To16()...)
+			return append(b, byte(ta.Port>>8), byte(ta.Port))
+		}
+	}
+	b := []byte{5, code, 0, 1}
+	b = append(b, ip...)
+	return append(b, byte(port>>8), byte(port))
+}
+
+type credentialFunc func(user, pass string) bool
+
+func (f credentialFunc) Valid(user, pass string) bool { return f(user, pass) }
+
+// noResolve keeps target names unresolved so the upstream resolves them
+// (remote DNS, like socks5h): go-socks5 uses the FQDN when no IP is set.
+type noResolve struct{}
+
+func (noResolve) Resolve(ctx context.Context, name string) (context.Context, net.IP, error) {
+	return ctx, nil, nil
+}
+
+// socksConn is the client connection as go-socks5 sees it. It records the
+// bytes go-socks5 reads during the handshake, so that bytes a client sent
+// right after its request (pipelined data) are not lost in go-socks5's
+// buffer, and it lets the client's username/password method win over
+// no-auth when both are offered, so username parameters arrive. Once rotor
+// takes over (hijack) go-socks5's writes and close are swallowed.
+type socksConn struct {
+	net.Conn
+	preferUserPass bool
+
+	mu       sync.Mutex // guards the fields below
+	captured []byte
+	hijacked bool
+}
+
+func (c *socksConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 {
+		c.mu.Lock()
+		if len(c.captured) == 0 && c.preferUserPass {
+			preferMethod(p[:n], 0x02)
+		}
+		if !c.hijacked && len(c.captured) < 64<<10 {
+			c.captured = append(c.captured, p[:n]...)
+		}
+		c.mu.Unlock()
+	}
+	return n, err
+}
+
+func (c *socksConn) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	h := c.hijacked
+	c.mu.Unlock()
+	if h {
+		return len(p), nil
+	}
+	return c.Conn.Write(p)
+}
+
+func (c *socksConn) Close() error {
+	c.mu.Lock()
+	h := c.hijacked
+	c.mu.Unlock()
+	if h {
+		return nil
+	}
+	return c.Conn.Close()
+}
+
+func (c *socksConn) hijack() {
+	c.mu.Lock()
+	c.hijacked = true
+	c.mu.Unlock()
+}
+
+// leftover returns the captured bytes past the end of the SOCKS request:
+// data the client pipelined that go-socks5 buffered but never used.
+func (c *socksConn) leftover(userPass bool) []byte {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := socksHandshakeLen(c.captured, userPass)
+	if n < 0 || n >= len(c.captured) {
+		return nil
+	}
+	return append([]byte(nil), c.captured[n:]...)
+}
+
+// socksHandshakeLen returns the length of greeting + (auth) + request at
+// the start of b, or -1 when b is shorter.
+func socksHandshakeLen(b []byte, userPass bool) int {
+	if len(b) < 2 {
+		return -1
+	}
+	n := 2 + int(b[1])
+	if userPass {
+		if len(b) < n+2 {
+			return -1
+		}
+		ulen := int(b[n+1])
+		if len(b) < n+2+ulen+1 {
+			return -1
+		}
+		plen := int(b[n+2+ulen])
+		n += 3 + ulen + plen
+	}
+	if len(b) < n+4 {
+		return -1
+	}
+	switch b[n+3] {
+	case 1:
+		n += 4 + 4
+	case 4:
+		n += 4 + 16
+	case 3:
+		if len(b) < n+5 {
+			return -1
+		}
+		n += 4 + 1 + int(b[n+4])
+	default:
+		return -1
+	}
+	n += 2
+	if n > len(b) {
+		return -1
+	}
+	return n
+}
+
+// preferMethod moves method m to the front of a SOCKS5 greeting's method
+// list when the client offers it. go-socks5 takes the first offered method
+// it supports, and curl and others list no-auth first.
+func preferMethod(b []byte, m byte) {
+	if len(b) < 2 || b[0] != 5 || len(b) < 2+int(b[1]) {
+		return
+	}
+	methods := b[2 : 2+int(b[1])]
+	for i, x := range methods {
+		if x == m {
+			copy(methods[1:i+1], methods[:i])
+			methods[0] = m
+			return
+		}
+	}
+}

@@ -1,0 +1,141 @@
+package gateway
+
+import (
+	"errors"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rotor-proxy/rotor/health"
+)
+
+// relayResult summarises one finished tunnel.
+type relayResult struct {
+	Up, Down  int64 // bytes client→upstream, upstream→client
+	FirstByte time.Duration
+	Failure   *health.Failure // slow body, observed after the client was answered
+}
+
+type closeWriter interface{ CloseWrite() error }
+
+// halfCloseLinger is how long the other direction may go on after one
+// side finished sending (half-close), before the tunnel is torn down.
+const halfCloseLinger = 60 * time.Second
+
+var bufPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+// relay copies bytes between client and up until both directions end, then
+// closes both exactly once. pending are client bytes already read (pipelined
+// after the handshake) that must reach the upstream first.
+//
+// After each side's first chunk it hands over to io.Copy between the raw
+// connections, so Linux splice(2) moves the bulk without a user-space copy;
+// only the first read of each direction is done here, to time the first
+// byte for slow_body detection without a per-byte wrapper.
+func relay(client, up net.Conn, pending []byte, slow SlowBodyConfig) relayResult {
+	defer client.Close()
+	defer up.Close()
+	var res relayResult
+	var wg sync.WaitGroup
+	var mu sync.Mutex // orders the first-byte deadline between the two directions
+	var gotFirst atomic.Bool
+	var sentAt time.Time
+
+	armFirstByte := func() {
+		if slow.FirstByte <= 0 {
+			return
+		}
+		mu.Lock()
+		if !gotFirst.Load() && sentAt.IsZero() {
+			sentAt = time.Now()
+			_ = up.SetReadDeadline(sentAt.Add(slow.FirstByte))
+		}
+		mu.Unlock()
+	}
+
+	wg.Add(1)
+	go func() { // client → upstream; ends when the client stops sending
+		defer wg.Done()
+		var n int64
+		if len(pending) > 0 {
+			armFirstByte()
+			w, err := up.Write(pending)
+			n += int64(w)
+			if err != nil {
+				res.Up = n
+				closeWrite(up)
+				return
+			}
+		}
+		bp := bufPool.Get().(*[]byte)
+		r, err := client.Read(*bp)
+		if r > 0 {
+			armFirstByte()
+			w, werr := up.Write((*bp)[:r])
+			n += int64(w)
+			if werr != nil {
+				err = werr
+			}
+		}
+		bufPool.Put(bp)
+		if err == nil {
+			c, _ := io.Copy(up, client)
+			n += c
+		}
+		res.Up = n
+		closeWrite(up)
+		_ = client.SetReadDeadline(time.Time{})
+	}()
+
+	// upstream → client, on this goroutine.
+	bp := bufPool.Get().(*[]byte)
+	r, err := up.Read(*bp)
+	mu.Lock()
+	gotFirst.Store(true)
+	started := sentAt
+	if !started.IsZero() {
+		_ = up.SetReadDeadline(time.Time{})
+	}
+	mu.Unlock()
+	var down int64
+	if r > 0 {
+		if !started.IsZero() {
+			res.FirstByte = time.Since(started)
+		}
+		w, werr := client.Write((*bp)[:r])
+		down += int64(w)
+		if werr != nil {
+			err = werr
+		}
+	}
+	bufPool.Put(bp)
+	switch {
+	case err == nil:
+		c, _ := io.Copy(client, up)
+		down += c
+	case errors.Is(err, os.ErrDeadlineExceeded) && !started.IsZero() && r == 0:
+		res.Failure = &health.Failure{Class: health.SlowBody, Stage: health.StageFirstByte,
+			Err: errors.New("no byte from the upstream side within slow_body.first_byte")}
+		// Tear down: the client asked and nothing is coming.
+		_ = client.Close()
+		_ = up.Close()
+	}
+	res.Down = down
+	closeWrite(client)
+	// The client may still be sending; give it a bounded time to finish.
+	_ = client.SetReadDeadline(time.Now().Add(halfCloseLinger))
+	wg.Wait()
+	return res
+}
+
+func closeWrite(c net.Conn) {
+	if cw, ok := c.(closeWriter); ok {
+		if cw.CloseWrite() == nil {
+			return
+		}
+	}
+	_ = c.Close()
+}

@@ -1,0 +1,35 @@
+package health
+
+// Log fields used by this package (the vocabulary is rotor's, STYLE 49):
+// upstream (display name, already free of credentials), from, to, class,
+// stage, until (RFC 3339 wall clock), target (host of a per-target
+// cooldown) and err. Dialers and URLs are never logged.
+
+// logChange logs one transition at info. It runs after every lock is
+// released (STYLE 40).
+func (t *Tracker) logChange(c change) {
+	ev := t.log.Info()
+	if !ev.Enabled() {
+		return
+	}
+	ev = ev.Str("upstream", c.name).
+		Stringer("from", c.tr.From).
+		Stringer("to", c.tr.To)
+	if c.tr.Reason != ClassNone {
+		ev = ev.Stringer("class", c.tr.Reason)
+	}
+	if c.tr.Stage != StageNone {
+		ev = ev.Stringer("stage", c.tr.Stage)
+	}
+	if !c.until.IsZero() {
+		ev = ev.Time("until", c.until)
+	}
+	if c.err != nil {
+		ev = ev.Err(c.err)
+	}
+	if c.tr.Target != "" {
+		ev.Str("target", c.tr.Target).Msg("upstream cooled for target")
+		return
+	}
+	ev.Msg("upstream state changed")
+}

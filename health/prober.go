@@ -1,0 +1,241 @@
+package health
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+)
+
+// ErrRunning is returned by Run when another Run of the same tracker is
+// active: there is exactly one prober loop per tracker (STYLE 42).
+var ErrRunning = errors.New("health: prober is already running")
+
+// queued is a record waiting for a probe start, at the epoch it was queued.
+type queued struct {
+	rec   *Record
+	epoch uint64
+}
+
+// Run is the single prober loop. It sleeps until the earliest deadline
+// (cooling end, slow-start window, per-target cooldown end) on the tracker
+// clock's After, with no polling; mutators wake it when they schedule an
+// earlier one. A record whose cooldown ended moves to probe_allowed and
+// joins a FIFO of records due for a probe; probes start from it
+//
+//   - one at a time per record (single-flight),
+//   - at most Probe.MaxConcurrent in flight,
+//   - spaced at least 1/Probe.Rate apart (a token bucket of depth one on
+//     the tracker clock), so no one-second window sees more than Rate
+//     starts, however many records came due together.
+//
+// Probe jitter comes from the cooldown jitter (records that cooled together
+// come due at different times) and from that spacing.
+//
+// With no probe URL, records due for a probe become eligible at once (with
+// slow start), and a warning is logged when Run starts.
+//
+// Run returns nil when ctx is done, after every probe goroutine it started
+// has returned; probes cut short by that are dropped (neutral). It returns
+// ErrRunning if the tracker already has a running loop.
+func (t *Tracker) Run(ctx context.Context) error {
+	if !t.running.CompareAndSwap(false, true) {
+		return ErrRunning
+	}
+	defer t.running.Store(false)
+	switch {
+	case t.probe == nil && t.cfg.Probe.URL != "":
+		t.log.Error().Str("stage", StageProbe.String()).Msg("invalid probe url: records are re-admitted without a probe")
+	case t.probe == nil:
+		t.log.Warn().Str("stage", StageProbe.String()).Msg("no probe url: records are re-admitted without a probe")
+	}
+
+	pctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() {
+		cancel()
+		wg.Wait()
+	}()
+	maxInflight := t.cfg.Probe.MaxConcurrent
+	// done has room for every probe in flight, so a finishing probe never
+	// blocks, even while Run is returning.
+	done := make(chan struct{}, maxInflight)
+	interval := time.Duration(float64(time.Second) / t.cfg.Probe.Rate)
+
+	var (
+		inflight int
+		ready    []queued
+		due      []item
+		next     time.Time // earliest permitted next probe start
+		timerC   <-chan time.Time
+		armed    time.Time
+	)
+	for {
+		now := t.clock.Now()
+		var at time.Time
+		var pending bool
+		due, at, pending = t.sched.popDue(now, due[:0])
+		wake, again := false, false
+		for _, it := range due {
+			switch it.kind {
+			case kindProbe:
+				if q, ok := t.dueProbe(it, now); ok {
+					ready = append(ready, q)
+				}
+			case kindRamp:
+				w, nx := t.rampWake(it.rec, it)
+				wake = wake || w
+				if nx != nil {
+					t.sched.push(*nx)
+					again = true
+				}
+			case kindTarget:
+				wake = true
+			}
+		}
+		if wake {
+			t.broadcast()
+		}
+		if again {
+			continue // the heap's earliest deadline may have changed
+		}
+
+		for len(ready) > 0 && inflight < maxInflight && !now.Before(next) {
+			q := ready[0]
+			ready = ready[1:]
+			d, ok := t.claimProbe(q)
+			if !ok {
+				continue
+			}
+			inflight++
+			next = now.Add(interval)
+			wg.Add(1)
+			// Owned by Run: it exits when the probe ends (bounded by
+			// Probe.Timeout and by pctx, which Run cancels before waiting
+			// on wg).
+			go func() {
+				defer wg.Done()
+				t.runProbe(pctx, q, d)
+				done <- struct{}{}
+			}()
+		}
+
+		if len(ready) > 0 && inflight < maxInflight && (!pending || next.Before(at)) {
+			at, pending = next, true
+		}
+		switch {
+		case !pending:
+			timerC = nil
+		case timerC == nil || !at.Equal(armed):
+			timerC, armed = t.clock.After(at.Sub(t.clock.Now())), at
+		}
+
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.kick:
+		case <-timerC:
+			timerC = nil
+		case <-done:
+			inflight--
+		}
+	}
+}
+
+// dueProbe handles a kindProbe item: a cooling record whose deadline
+// passed moves to probe_allowed. It returns the record to queue for a
+// probe, or re-admits it at once when no probe is configured.
+func (t *Tracker) dueProbe(it item, now time.Time) (queued, bool) {
+	r := it.rec
+	var e effects
+	defer t.apply(&e)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.removed || it.epoch != r.epoch {
+		return queued{}, false
+	}
+	switch State(r.state.Load()) {
+	case Cooling:
+		if now.Before(r.deadline) {
+			return queued{}, false // cannot happen: items are pushed at the deadline
+		}
+		if t.probe == nil {
+			t.readmit(r, now, "cooldown ended; no probe configured", &e)
+			return queued{}, false
+		}
+		r.deadline, r.until = time.Time{}, time.Time{}
+		t.setState(r, now, ProbeAllowed, r.reason, r.stage, "cooldown ended", nil, &e)
+	case ProbeAllowed:
+		if t.probe == nil {
+			t.readmit(r, now, "no probe configured", &e)
+			return queued{}, false
+		}
+	default:
+		return queued{}, false
+	}
+	return queued{rec: r, epoch: r.epoch}, true
+}
+
+// readmit makes r eligible after a passing probe (or without one when none
+// is configured): the streak and failure runs restart and slow start
+// begins. Caller holds r.mu.
+func (t *Tracker) readmit(r *Record, now time.Time, detail string, e *effects) {
+	r.streak = 0
+	r.after = [numClasses]int{}
+	r.consec = [numClasses]int{}
+	r.pending.Store(false)
+	r.deadline, r.until = time.Time{}, time.Time{}
+	t.setState(r, now, Eligible, ClassNone, StageProbe, detail, nil, e)
+	t.startRamp(r, now, e)
+}
+
+// claimProbe marks q's record as probing if it is still probe_allowed at
+// q's epoch and no probe of it runs, and returns its dialer.
+func (t *Tracker) claimProbe(q queued) (Dialer, bool) {
+	r := q.rec
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.removed || q.epoch != r.epoch || r.probing || State(r.state.Load()) != ProbeAllowed {
+		return nil, false
+	}
+	r.probing = true
+	return r.dialer, true
+}
+
+// runProbe probes q's record through d and applies the result, unless the
+// record moved on meanwhile (stale epoch) or Run is stopping.
+func (t *Tracker) runProbe(ctx context.Context, q queued, d Dialer) {
+	r := q.rec
+	start := t.clock.Now()
+	err := t.probe.run(ctx, d)
+	now := t.clock.Now()
+	var e effects
+	r.mu.Lock()
+	r.probing = false
+	if ctx.Err() != nil {
+		r.mu.Unlock()
+		return // Run is stopping: neither a pass nor a failure
+	}
+	name := r.name
+	r.lastProbe = wall(now)
+	if err == nil {
+		r.probesOK++
+	} else {
+		r.probesFailed++
+	}
+	if !r.removed && q.epoch == r.epoch {
+		if err == nil {
+			t.readmit(r, now, "probe passed", &e)
+		} else {
+			class := classifyProbe(err)
+			r.consec[class]++
+			r.pending.Store(true)
+			t.cool(r, now, class, StageProbe, detailOf(err), err, &e)
+		}
+	}
+	r.mu.Unlock()
+	t.apply(&e)
+	if p := t.observer.Load(); p != nil {
+		(*p).Probe(name, err == nil, now.Sub(start))
+	}
+}

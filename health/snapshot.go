@@ -1,0 +1,221 @@
+package health
+
+import (
+	"time"
+)
+
+// Snapshot is a point-in-time copy of a record, for the admin API, metrics
+// and the state file. Times are wall clock; zero means none.
+type Snapshot struct {
+	Key  string
+	Name string
+	// State is the state as of the snapshot: a cooling record whose
+	// deadline passed reads probe_allowed.
+	State       State
+	Reason      Class     // class of the last failure (or operator); kept after recovery
+	Stage       Stage     // stage of the last failure
+	Detail      string    // detail of the last failure
+	Until       time.Time // wall-clock end of cooling; zero when not cooling
+	Failures    map[Class]uint64
+	Stages      map[Stage]uint64
+	Counts      []FailureCount // failures by class and stage, non-zero only
+	Successes   uint64
+	LastSuccess time.Time
+	Streak      int // coolings without a passing probe in between
+	// Probing is true while a probe of the record is in flight.
+	Probing      bool
+	ProbesOK     uint64
+	ProbesFailed uint64
+	LastProbe    time.Time
+	// SlowStart is true while the record is in its slow-start ramp.
+	SlowStart bool
+	History   []Transition
+	// Targets lists the per-target cooldowns active now, by end time.
+	Targets []TargetCooldown
+	// TargetDrops counts per-target cooldowns dropped because the record
+	// had Config.MaxTargets of them.
+	TargetDrops uint64
+}
+
+// FailureCount is the number of failures of one class at one stage.
+type FailureCount struct {
+	Class Class
+	Stage Stage
+	N     uint64
+}
+
+// Transition is one history entry.
+type Transition struct {
+	At     time.Time // wall clock
+	From   State
+	To     State
+	Reason Class
+	Stage  Stage
+	Detail string
+	// Target is set on a per-target cooldown entry (From == To): the
+	// record cooled for that host only.
+	Target string
+}
+
+// TargetCooldown is a cooldown scoped to one target host.
+type TargetCooldown struct {
+	Host   string
+	Reason Class
+	Stage  Stage
+	Until  time.Time // wall clock
+	Streak int       // coolings of this host in a row
+}
+
+// Snapshot returns a copy of r for display.
+func (t *Tracker) Snapshot(r *Record) Snapshot {
+	now := t.clock.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.snapshot(now)
+}
+
+// Export returns a snapshot of every record, sorted by key, for the state
+// file and the admin API.
+func (t *Tracker) Export() []Snapshot {
+	now := t.clock.Now()
+	rs := t.Records()
+	out := make([]Snapshot, 0, len(rs))
+	for _, r := range rs {
+		r.mu.Lock()
+		out = append(out, r.snapshot(now))
+		r.mu.Unlock()
+	}
+	return out
+}
+
+// snapshot copies r. Caller holds r.mu.
+func (r *Record) snapshot(now time.Time) Snapshot {
+	s := Snapshot{
+		Key:          r.key,
+		Name:         r.name,
+		State:        r.effectiveState(now),
+		Reason:       r.reason,
+		Stage:        r.stage,
+		Detail:       r.detail,
+		Failures:     map[Class]uint64{},
+		Stages:       map[Stage]uint64{},
+		Successes:    r.successes.Load(),
+		Streak:       r.streak,
+		Probing:      r.probing,
+		ProbesOK:     r.probesOK,
+		ProbesFailed: r.probesFailed,
+		LastProbe:    r.lastProbe,
+		SlowStart:    r.ramping.Load() && now.Sub(r.ramp.start) >= 0,
+		History:      r.hist.list(),
+		TargetDrops:  r.targetDrops,
+	}
+	if s.State == Cooling {
+		s.Until = r.until
+	}
+	if ns := r.lastSuccess.Load(); ns != 0 {
+		s.LastSuccess = time.Unix(0, ns)
+	}
+	for c := range numClasses {
+		for st := range numStages {
+			if n := r.failures[c][st]; n > 0 {
+				s.Failures[c] += n
+				s.Stages[st] += n
+				s.Counts = append(s.Counts, FailureCount{Class: c, Stage: st, N: n})
+			}
+		}
+	}
+	for _, tc := range r.targets {
+		if now.Before(tc.deadline) {
+			s.Targets = append(s.Targets, TargetCooldown{Host: tc.host, Reason: tc.reason, Stage: tc.stage, Until: tc.until, Streak: tc.streak})
+		}
+	}
+	sortTargets(s.Targets)
+	return s
+}
+
+// Restore applies a persisted snapshot to the existing record for key
+// (state_file on start-up, issue 6) and reports whether the record exists.
+// Counters, history, streak, last failure and per-target cooldowns are
+// replaced by the snapshot's. State:
+//
+//   - disabled stays disabled, with its reason;
+//   - cooling with Until still ahead cools until then: the remaining wall
+//     time becomes a deadline on the tracker clock, relative to now;
+//   - cooling with Until past, and probe_allowed, become probe_allowed and
+//     are probed soon;
+//   - eligible keeps the record's start state (probe_allowed unless
+//     Config.StartEligible): it was eligible before the restart, but
+//     nothing unverified serves traffic.
+//
+// A state change is recorded in the history as "restored from state file".
+func (t *Tracker) Restore(key string, s Snapshot) bool {
+	r := t.Lookup(key)
+	if r == nil {
+		return false
+	}
+	now := t.clock.Now()
+	wnow := wall(now)
+	var e effects
+	r.mu.Lock()
+	if r.removed {
+		r.mu.Unlock()
+		return false
+	}
+	r.reason, r.stage, r.detail = s.Reason, s.Stage, truncate(s.Detail, maxDetail)
+	r.streak = max(s.Streak, 0)
+	r.successes.Store(s.Successes)
+	if !s.LastSuccess.IsZero() {
+		r.lastSuccess.Store(s.LastSuccess.UnixNano())
+	}
+	r.probesOK, r.probesFailed, r.lastProbe = s.ProbesOK, s.ProbesFailed, s.LastProbe
+	r.failures = [numClasses][numStages]uint64{}
+	for _, fc := range s.Counts {
+		if fc.Class < numClasses && fc.Stage < numStages {
+			r.failures[fc.Class][fc.Stage] = fc.N
+		}
+	}
+	if len(s.Counts) == 0 { // a file without the matrix: keep per-class totals
+		for c, n := range s.Failures {
+			if c < numClasses {
+				r.failures[c][StageNone] = n
+			}
+		}
+	}
+	r.hist.replace(s.History)
+	r.targets = nil
+	for _, tc := range s.Targets {
+		if left := tc.Until.Sub(wnow); left > 0 && tc.Host != "" && len(r.targets) < t.cfg.MaxTargets {
+			if r.targets == nil {
+				r.targets = map[string]*targetCooldown{}
+			}
+			r.targets[tc.Host] = &targetCooldown{host: tc.Host, reason: tc.Reason, stage: tc.Stage,
+				deadline: now.Add(left), until: tc.Until, set: now, streak: tc.Streak}
+			e.items = append(e.items, item{at: now.Add(left), rec: r, kind: kindTarget})
+		}
+	}
+	r.ntargets.Store(int32(len(r.targets)))
+
+	cur := State(r.state.Load())
+	const detail = "restored from state file"
+	switch left := s.Until.Sub(wnow); {
+	case s.State == Disabled:
+		if cur != Disabled {
+			r.deadline, r.until = time.Time{}, time.Time{}
+			t.setState(r, now, Disabled, s.Reason, s.Stage, detail, nil, &e)
+		}
+	case s.State == Cooling && left > 0:
+		r.deadline, r.until = now.Add(left), s.Until
+		t.setState(r, now, Cooling, s.Reason, s.Stage, detail, nil, &e)
+		e.items = append(e.items, item{at: r.deadline, rec: r, epoch: r.epoch, kind: kindProbe})
+	case s.State == Cooling || s.State == ProbeAllowed:
+		if cur != ProbeAllowed {
+			r.deadline, r.until = time.Time{}, time.Time{}
+			t.setState(r, now, ProbeAllowed, s.Reason, s.Stage, detail, nil, &e)
+			e.items = append(e.items, item{at: now, rec: r, epoch: r.epoch, kind: kindProbe})
+		}
+	}
+	r.mu.Unlock()
+	t.version.Add(1)
+	t.apply(&e)
+	return true
+}

@@ -1,0 +1,358 @@
+package health
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Record is one upstream's health record. It is a handle: all reads and
+// writes go through the Tracker that created it.
+//
+// Why a mutex per record and not one per tracker: reporting (Success, Fail)
+// happens once or twice per tunnel from every connection goroutine, so it
+// must scale with cores; contention is then limited to tunnels of the same
+// upstream. Why not atomics for everything: a transition changes state,
+// reason, stage, deadline, streak and history together and they must be
+// read together (STYLE 39). The few atomics below are either mirrors of
+// mu-guarded fields, written only under mu, that let the pick path (Admit,
+// Eligible) and the common Success path skip the lock, or independent
+// counters.
+type Record struct {
+	key string
+
+	state    atomic.Uint32 // State; mirror of the machine, written under mu
+	ramping  atomic.Bool   // slow start active; written under mu
+	ntargets atomic.Int32  // len(targets); written under mu
+	pending  atomic.Bool   // some failure run is non-zero; written under mu
+
+	successes   atomic.Uint64 // independent counter
+	lastSuccess atomic.Int64  // wall clock, Unix nanoseconds; 0 = never
+
+	mu sync.Mutex
+	// mu guards the fields below.
+	name    string
+	dialer  Dialer
+	removed bool
+	// epoch increments on every transition; probe results and scheduled
+	// items carrying an older epoch are stale and dropped (STYLE 42).
+	epoch  uint64
+	reason Class  // class of the last failure (or operator)
+	stage  Stage  // stage of the last failure
+	detail string // detail of the last failure
+	// deadline is the end of cooling on the tracker clock (monotonic in
+	// production). It is only ever compared, never formatted.
+	deadline time.Time
+	// until is deadline's wall-clock equivalent, computed once at the
+	// transition, for display and the state file.
+	until time.Time
+	// streak counts coolings since the last passing probe; it drives the
+	// geometric growth of the cooldown.
+	streak int
+	// after counts failures per class since the last success or cooling,
+	// for ClassPolicy.After.
+	after [numClasses]int
+	// consec counts failures per class since the last success or passing
+	// probe, for ClassPolicy.PermanentAfter.
+	consec       [numClasses]int
+	failures     [numClasses][numStages]uint64
+	probing      bool
+	probesOK     uint64
+	probesFailed uint64
+	lastProbe    time.Time // wall clock
+	ramp         ramp
+	hist         history
+	targets      map[string]*targetCooldown
+	targetDrops  uint64
+	targetFails  []targetFail // recent target failures, for the target rule
+}
+
+func newRecord(key, name string, d Dialer, historyLen int) *Record {
+	r := &Record{key: key, name: name, dialer: d}
+	r.hist.init(historyLen)
+	return r
+}
+
+// Key returns the record's identity key.
+func (r *Record) Key() string { return r.key }
+
+// Name returns the record's display name.
+func (r *Record) Name() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.name
+}
+
+// effectiveState is the state as of now: a cooling record whose deadline
+// passed reads as probe_allowed even before the prober records the
+// transition (STYLE 44). Caller holds r.mu.
+func (r *Record) effectiveState(now time.Time) State {
+	s := State(r.state.Load())
+	if s == Cooling && !now.Before(r.deadline) {
+		return ProbeAllowed
+	}
+	return s
+}
+
+// wall strips the monotonic reading, leaving the wall clock for display.
+func wall(t time.Time) time.Time { return t.Round(0) }
+
+// change is one transition made under a record's lock; it is logged and
+// reported after the lock is released (STYLE 40).
+type change struct {
+	name  string
+	tr    Transition
+	until time.Time // wall clock, zero unless cooling
+	err   error     // cause, for the log only
+}
+
+// effects collects what a mutator must do once it has unlocked.
+type effects struct {
+	changes []change
+	items   []item // prober deadlines to schedule
+	wake    bool   // broadcast Changed
+}
+
+// setState moves r to `to` and records the transition. Caller holds r.mu.
+func (t *Tracker) setState(r *Record, now time.Time, to State, reason Class, stage Stage, detail string, err error, e *effects) {
+	from := State(r.state.Load())
+	r.epoch++
+	r.state.Store(uint32(to))
+	if to != Eligible {
+		r.ramping.Store(false)
+	}
+	tr := Transition{At: wall(now), From: from, To: to, Reason: reason, Stage: stage, Detail: detail}
+	r.hist.add(tr)
+	c := change{name: r.name, tr: tr, err: err}
+	if to == Cooling {
+		c.until = r.until
+	}
+	e.changes = append(e.changes, c)
+	if to == Eligible {
+		e.wake = true
+	}
+}
+
+// cool moves r to cooling for class (or to disabled when permanent_after
+// is reached). Caller holds r.mu and has counted the failure in consec.
+func (t *Tracker) cool(r *Record, now time.Time, class Class, stage Stage, detail string, err error, e *effects) {
+	r.reason, r.stage, r.detail = class, stage, detail
+	r.after = [numClasses]int{}
+	if pa := t.policy.For(class).PermanentAfter; pa > 0 && r.consec[class] >= pa {
+		r.deadline, r.until = time.Time{}, time.Time{}
+		t.setState(r, now, Disabled, class, stage, detail, err, e)
+		return
+	}
+	r.streak++
+	d := t.policy.Cooldown(class, r.streak, t.rand())
+	r.deadline = now.Add(d)
+	r.until = wall(now).Add(d)
+	t.setState(r, now, Cooling, class, stage, detail, err, e)
+	e.items = append(e.items, item{at: r.deadline, rec: r, epoch: r.epoch, kind: kindProbe})
+}
+
+// apply performs e after every lock is released: schedule, wake waiters,
+// log, notify the observer.
+func (t *Tracker) apply(e *effects) {
+	if len(e.items) > 0 {
+		t.sched.push(e.items...)
+		select {
+		case t.kick <- struct{}{}:
+		default:
+		}
+	}
+	if len(e.changes) > 0 {
+		t.version.Add(uint64(len(e.changes)))
+	}
+	if e.wake {
+		t.broadcast()
+	}
+	var obs Observer
+	if p := t.observer.Load(); p != nil {
+		obs = *p
+	}
+	for _, c := range e.changes {
+		t.logChange(c)
+		if obs != nil {
+			obs.Transition(c.name, c.tr)
+		}
+	}
+}
+
+// Epoch returns r's transition epoch. A caller that leases r can pass it
+// to FailEpoch when the outcome arrives, so that a failure observed on a
+// tunnel opened before r last changed state only counts and never drives
+// the new state.
+func (t *Tracker) Epoch(r *Record) uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.epoch
+}
+
+// Success records a successful use of r (a tunnel established, a response
+// relayed). It resets r's failure runs (after, permanent_after). It takes
+// no lock unless failures are pending.
+func (t *Tracker) Success(r *Record) {
+	r.successes.Add(1)
+	r.lastSuccess.Store(wall(t.clock.Now()).UnixNano())
+	if r.pending.Load() {
+		r.mu.Lock()
+		if State(r.state.Load()) == Eligible {
+			r.after = [numClasses]int{}
+			r.consec = [numClasses]int{}
+			r.pending.Store(false)
+		}
+		r.mu.Unlock()
+	}
+}
+
+// SuccessTarget is Success for a tunnel that reached target host (without
+// port). Besides counting, it lets the target-failure rule know that r
+// reaches host (see Fail), and it restarts the cooldown streak of an
+// expired per-target cooldown for host.
+func (t *Tracker) SuccessTarget(r *Record, host string) {
+	t.Success(r)
+	if host == "" {
+		return
+	}
+	now := t.clock.Now()
+	t.seen.note(host, r, now)
+	if r.ntargets.Load() > 0 {
+		t.forgetTarget(r, host, now)
+	}
+}
+
+// Neutral records an attempt that is neither success nor failure (client
+// cancelled). It exists so callers report every outcome explicitly.
+func (t *Tracker) Neutral(r *Record) {}
+
+// Fail records a classified failure on r and applies the cooldown policy.
+// A nil f is ignored; ClassNone counts as upstream_error.
+//
+// Every failure is counted (per class, per stage). Only failures reported
+// while r is eligible drive the machine; failures of tunnels that were
+// already open when r cooled are counted and otherwise ignored.
+//
+//   - Target failures (target_unreachable, target_timeout) never cool r on
+//     their own. The target-failure rule: when r reports target failures
+//     for Config.TargetRuleHosts (2) distinct hosts within
+//     Config.TargetRuleWindow (60s) and, within that window, other records
+//     reported SuccessTarget for each of those hosts, r is the problem (a
+//     proxy claiming that sites others reach are down) and it cools as
+//     upstream_error at stage target_connect.
+//   - A failure with Target set whose class has scope "target"
+//     (Config.ScopeTargetHTTPError, Config.ScopeSlowBody) cools r for that
+//     host only; see AdmitTarget.
+//   - Otherwise, the after-th consecutive failure of a class cools r for
+//     Policy.Cooldown(class, streak); the permanent_after-th disables it.
+func (t *Tracker) Fail(r *Record, f *Failure) { t.fail(r, f, 0, false) }
+
+// FailEpoch is Fail for an outcome of a lease taken at epoch (see Epoch):
+// when r changed state since, the failure is only counted.
+func (t *Tracker) FailEpoch(r *Record, epoch uint64, f *Failure) { t.fail(r, f, epoch, true) }
+
+func (t *Tracker) fail(r *Record, f *Failure, epoch uint64, checkEpoch bool) {
+	if f == nil {
+		return
+	}
+	class := f.Class
+	if class == ClassNone || class >= numClasses {
+		class = UpstreamError
+	}
+	stage := f.Stage
+	if stage >= numStages {
+		stage = StageNone
+	}
+	now := t.clock.Now()
+	var e effects
+	r.mu.Lock()
+	r.failures[class][stage]++
+	live := State(r.state.Load()) == Eligible && !r.removed && (!checkEpoch || epoch == r.epoch)
+	switch {
+	case !live || class == Operator:
+	case class.IsTargetFailure():
+		t.targetRule(r, now, f.Target, &e)
+	case f.Target != "" && t.scope(class) == ScopeTarget:
+		t.coolTarget(r, now, class, stage, f.Target, detailOf(f.Err), f.Err, &e)
+	default:
+		r.after[class]++
+		r.consec[class]++
+		r.pending.Store(true)
+		if r.after[class] >= t.policy.For(class).After ||
+			t.policy.For(class).PermanentAfter > 0 && r.consec[class] >= t.policy.For(class).PermanentAfter {
+			t.cool(r, now, class, stage, detailOf(f.Err), f.Err, &e)
+		}
+	}
+	r.mu.Unlock()
+	t.apply(&e)
+}
+
+// scope returns the configured scope of class.
+func (t *Tracker) scope(c Class) Scope {
+	switch c {
+	case TargetHTTPError:
+		return t.cfg.ScopeTargetHTTPError
+	case SlowBody:
+		return t.cfg.ScopeSlowBody
+	}
+	return ScopeUpstream
+}
+
+// maxDetail bounds history details (errors can be long, e.g. TLS chains).
+const maxDetail = 256
+
+func detailOf(err error) string {
+	if err == nil {
+		return ""
+	}
+	return truncate(err.Error(), maxDetail)
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// Disable moves r to disabled with reason operator; it stays in the list
+// and in Export. detail is kept in the history. Disabling a disabled
+// record changes nothing.
+func (t *Tracker) Disable(r *Record, detail string) {
+	now := t.clock.Now()
+	var e effects
+	r.mu.Lock()
+	if State(r.state.Load()) != Disabled && !r.removed {
+		detail = truncate(detail, maxDetail)
+		r.reason, r.stage, r.detail = Operator, StageOperator, detail
+		r.deadline, r.until = time.Time{}, time.Time{}
+		t.setState(r, now, Disabled, Operator, StageOperator, detail, nil, &e)
+	}
+	r.mu.Unlock()
+	t.apply(&e)
+}
+
+// Enable moves a disabled or cooling r to probe_allowed and schedules a
+// probe at once; only a passing probe makes it eligible again. It resets
+// the permanent_after runs (an operator asked for a fresh try) but not the
+// cooldown streak (no probe has passed yet). Enabling an eligible or
+// probe_allowed record changes nothing.
+func (t *Tracker) Enable(r *Record) {
+	now := t.clock.Now()
+	var e effects
+	r.mu.Lock()
+	if s := State(r.state.Load()); (s == Disabled || s == Cooling) && !r.removed {
+		r.consec = [numClasses]int{}
+		r.after = [numClasses]int{}
+		r.deadline, r.until = time.Time{}, time.Time{}
+		t.setState(r, now, ProbeAllowed, Operator, StageOperator, "enabled by operator", nil, &e)
+		e.items = append(e.items, item{at: now, rec: r, epoch: r.epoch, kind: kindProbe})
+	}
+	r.mu.Unlock()
+	t.apply(&e)
+}
+
+// Eligible reports whether r may receive client traffic now. Lock-free. It
+// ignores the slow-start ramp and per-target cooldowns; Admit and
+// AdmitTarget apply those.
+func (t *Tracker) Eligible(r *Record) bool { return State(r.state.Load()) == Eligible }

@@ -1,0 +1,224 @@
+package health
+
+import (
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Per-target scoped cooldowns (issue 9): a site that bans one exit says
+// nothing about that exit's health for other sites, so with scope "target"
+// a failure that names its target host cools the record for that host only.
+// They are bounded per record (Config.MaxTargets, oldest dropped and
+// counted), expire like any other cooldown, grow geometrically per host, and
+// are listed in Snapshot.Targets while active.
+
+// targetCooldown is one host's scoped cooldown on a record.
+type targetCooldown struct {
+	host     string
+	reason   Class
+	stage    Stage
+	deadline time.Time // tracker clock; compared only
+	until    time.Time // wall clock, for display
+	set      time.Time // when last cooled or created (tracker clock), for oldest-first dropping
+	streak   int       // coolings of this host without a success for it
+	after    int       // failures since the last cooling, for ClassPolicy.After
+}
+
+// coolTarget applies a target-scoped failure. Caller holds r.mu.
+func (t *Tracker) coolTarget(r *Record, now time.Time, class Class, stage Stage, host, detail string, err error, e *effects) {
+	tc := r.targets[host]
+	if tc == nil {
+		if r.targets == nil {
+			r.targets = map[string]*targetCooldown{}
+		}
+		if len(r.targets) >= t.cfg.MaxTargets {
+			t.dropTarget(r, now)
+		}
+		tc = &targetCooldown{host: host, set: now}
+		r.targets[host] = tc
+		r.ntargets.Store(int32(len(r.targets)))
+	}
+	if now.Before(tc.deadline) {
+		return // already cooling for host: a late report of the same ban
+	}
+	tc.after++
+	if tc.after < t.policy.For(class).After {
+		return
+	}
+	tc.after = 0
+	tc.streak++
+	d := t.policy.Cooldown(class, tc.streak, t.rand())
+	tc.reason, tc.stage, tc.set = class, stage, now
+	tc.deadline, tc.until = now.Add(d), wall(now).Add(d)
+	s := State(r.state.Load())
+	tr := Transition{At: wall(now), From: s, To: s, Reason: class, Stage: stage, Detail: detail, Target: host}
+	r.hist.add(tr)
+	e.changes = append(e.changes, change{name: r.name, tr: tr, until: tc.until, err: err})
+	e.items = append(e.items, item{at: tc.deadline, rec: r, kind: kindTarget})
+}
+
+// dropTarget makes room for one entry: entries idle past their class's max
+// cooldown go first, then the one cooled longest ago. Caller holds r.mu.
+func (t *Tracker) dropTarget(r *Record, now time.Time) {
+	var oldest *targetCooldown
+	for h, tc := range r.targets {
+		if !now.Before(tc.deadline.Add(t.policy.For(tc.reason).Max)) {
+			delete(r.targets, h)
+			continue
+		}
+		if oldest == nil || tc.set.Before(oldest.set) {
+			oldest = tc
+		}
+	}
+	if len(r.targets) >= t.cfg.MaxTargets && oldest != nil {
+		delete(r.targets, oldest.host)
+		r.targetDrops++
+	}
+	r.ntargets.Store(int32(len(r.targets)))
+}
+
+// targetCooling reports whether r is cooling for host now.
+func (t *Tracker) targetCooling(r *Record, host string) bool {
+	now := t.clock.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	tc := r.targets[host]
+	return tc != nil && now.Before(tc.deadline)
+}
+
+// forgetTarget drops host's entry after a success for it (its streak
+// restarts). An entry still cooling is kept: the success came from a
+// tunnel opened before the ban.
+func (t *Tracker) forgetTarget(r *Record, host string, now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if tc := r.targets[host]; tc != nil && !now.Before(tc.deadline) {
+		delete(r.targets, host)
+		r.ntargets.Store(int32(len(r.targets)))
+	}
+}
+
+// targetFail is one recent target failure reported on a record.
+type targetFail struct {
+	host string
+	at   time.Time
+}
+
+// maxTargetFails bounds the recent target failures a record remembers.
+const maxTargetFails = 32
+
+// targetRule records a target failure for host and cools r when the
+// target-failure rule holds (see Fail). Caller holds r.mu.
+func (t *Tracker) targetRule(r *Record, now time.Time, host string, e *effects) {
+	if t.cfg.TargetRuleHosts < 0 || host == "" {
+		return
+	}
+	win := t.cfg.TargetRuleWindow
+	keep := r.targetFails[:0]
+	for _, f := range r.targetFails {
+		if now.Sub(f.at) < win && f.host != host {
+			keep = append(keep, f)
+		}
+	}
+	keep = append(keep, targetFail{host: host, at: now})
+	if len(keep) > maxTargetFails {
+		keep = keep[len(keep)-maxTargetFails:]
+	}
+	r.targetFails = keep
+	n := 0
+	for _, f := range keep {
+		if t.seen.reachedByOther(f.host, r, now, win) {
+			n++
+		}
+	}
+	if n < t.cfg.TargetRuleHosts {
+		return
+	}
+	r.targetFails = nil
+	r.consec[UpstreamError]++
+	r.pending.Store(true)
+	detail := fmt.Sprintf("target failures for %d hosts that other upstreams reach", n)
+	t.cool(r, now, UpstreamError, StageTargetConnect, detail, errors.New(detail), e)
+}
+
+// targetSeen remembers, per target host, the two records that most
+// recently reported SuccessTarget for it (distinct records), so "did
+// another record reach this host lately" is one lookup. It is sharded so
+// that SuccessTarget from many cores rarely contends.
+type targetSeen struct {
+	seed   maphash.Seed
+	shards [seenShards]seenShard
+}
+
+const (
+	seenShards   = 32
+	seenPerShard = 512 // hosts per shard; an arbitrary one is evicted beyond
+)
+
+type seenShard struct {
+	mu sync.Mutex
+	// mu guards the field below.
+	m map[string][2]seenBy
+}
+
+type seenBy struct {
+	rec *Record
+	at  time.Time
+}
+
+func (s *targetSeen) init() {
+	s.seed = maphash.MakeSeed()
+	for i := range s.shards {
+		s.shards[i].m = map[string][2]seenBy{}
+	}
+}
+
+func (s *targetSeen) shard(host string) *seenShard {
+	return &s.shards[maphash.String(s.seed, host)%seenShards]
+}
+
+func (s *targetSeen) note(host string, r *Record, now time.Time) {
+	sh := s.shard(host)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e, ok := sh.m[host]
+	if !ok && len(sh.m) >= seenPerShard {
+		for h := range sh.m {
+			delete(sh.m, h)
+			break
+		}
+	}
+	if e[0].rec != r {
+		e[1] = e[0]
+	}
+	e[0] = seenBy{rec: r, at: now}
+	sh.m[host] = e
+}
+
+func (s *targetSeen) reachedByOther(host string, r *Record, now time.Time, win time.Duration) bool {
+	sh := s.shard(host)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	for _, b := range sh.m[host] {
+		if b.rec != nil && b.rec != r && now.Sub(b.at) < win {
+			return true
+		}
+	}
+	return false
+}
+
+// sortTargets orders per-target cooldowns by end, then host, so snapshots
+// are stable.
+func sortTargets(ts []TargetCooldown) {
+	slices.SortFunc(ts, func(a, b TargetCooldown) int {
+		if c := a.Until.Compare(b.Until); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Host, b.Host)
+	})
+}

@@ -1,0 +1,182 @@
+package health
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+func TestTargetFailuresNeverCoolAlone(t *testing.T) {
+	tr, _ := newFakeTracker(t, Config{StartEligible: true})
+	r := tr.Add("k", "up", nil, false)
+	for i := range 50 {
+		tr.Fail(r, &Failure{Class: TargetUnreachable, Stage: StageTargetConnect, Target: fmt.Sprint("h", i)})
+		tr.Fail(r, &Failure{Class: TargetTimeout, Stage: StageTargetConnect, Target: fmt.Sprint("h", i)})
+	}
+	s := tr.Snapshot(r)
+	if s.State != Eligible || len(s.History) != 0 {
+		t.Fatalf("target failures cooled the upstream: %+v", s)
+	}
+	if s.Failures[TargetUnreachable] != 50 || s.Failures[TargetTimeout] != 50 || s.Stages[StageTargetConnect] != 100 {
+		t.Errorf("counters: %v %v", s.Failures, s.Stages)
+	}
+}
+
+func TestTargetRule(t *testing.T) {
+	tf := func(host string) *Failure {
+		return &Failure{Class: TargetUnreachable, Stage: StageTargetConnect, Target: host}
+	}
+	tests := []struct {
+		name string
+		run  func(tr *Tracker, clk interface{ Advance(time.Duration) }, bad, good *Record)
+		want State
+	}{
+		{"two hosts others reach", func(tr *Tracker, clk interface{ Advance(time.Duration) }, bad, good *Record) {
+			tr.SuccessTarget(good, "a.example")
+			tr.SuccessTarget(good, "b.example")
+			tr.Fail(bad, tf("a.example"))
+			tr.Fail(bad, tf("b.example"))
+		}, Cooling},
+		{"success reported after the first failure", func(tr *Tracker, clk interface{ Advance(time.Duration) }, bad, good *Record) {
+			tr.Fail(bad, tf("a.example"))
+			tr.SuccessTarget(good, "a.example")
+			tr.SuccessTarget(good, "b.example")
+			tr.Fail(bad, tf("b.example"))
+		}, Cooling},
+		{"one host only", func(tr *Tracker, clk interface{ Advance(time.Duration) }, bad, good *Record) {
+			tr.SuccessTarget(good, "a.example")
+			for range 5 {
+				tr.Fail(bad, tf("a.example"))
+			}
+		}, Eligible},
+		{"nobody else reaches them", func(tr *Tracker, clk interface{ Advance(time.Duration) }, bad, good *Record) {
+			tr.Fail(bad, tf("a.example"))
+			tr.Fail(bad, tf("b.example"))
+			tr.Fail(bad, tf("c.example"))
+		}, Eligible},
+		{"only the failing record reached them", func(tr *Tracker, clk interface{ Advance(time.Duration) }, bad, good *Record) {
+			tr.SuccessTarget(bad, "a.example")
+			tr.SuccessTarget(bad, "b.example")
+			tr.Fail(bad, tf("a.example"))
+			tr.Fail(bad, tf("b.example"))
+		}, Eligible},
+		{"outside the window", func(tr *Tracker, clk interface{ Advance(time.Duration) }, bad, good *Record) {
+			tr.SuccessTarget(good, "a.example")
+			tr.Fail(bad, tf("a.example"))
+			clk.Advance(61 * time.Second)
+			tr.SuccessTarget(good, "b.example")
+			tr.Fail(bad, tf("b.example"))
+		}, Eligible},
+		{"no target host", func(tr *Tracker, clk interface{ Advance(time.Duration) }, bad, good *Record) {
+			tr.SuccessTarget(good, "a.example")
+			tr.Fail(bad, tf(""))
+			tr.Fail(bad, tf(""))
+		}, Eligible},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tr, clk := newFakeTracker(t, Config{StartEligible: true})
+			bad := tr.Add("bad", "bad", nil, false)
+			good := tr.Add("good", "good", nil, false)
+			tt.run(tr, clk, bad, good)
+			s := tr.Snapshot(bad)
+			if s.State != tt.want {
+				t.Fatalf("state = %v, want %v", s.State, tt.want)
+			}
+			if tt.want == Cooling && (s.Reason != UpstreamError || s.Stage != StageTargetConnect) {
+				t.Errorf("reason %v stage %v, want upstream_error target_connect", s.Reason, s.Stage)
+			}
+			if got := tr.Snapshot(good).State; got != Eligible {
+				t.Errorf("good record: %v", got)
+			}
+		})
+	}
+	t.Run("disabled by config", func(t *testing.T) {
+		tr, _ := newFakeTracker(t, Config{StartEligible: true, TargetRuleHosts: -1})
+		bad := tr.Add("bad", "bad", nil, false)
+		good := tr.Add("good", "good", nil, false)
+		for _, h := range []string{"a", "b", "c"} {
+			tr.SuccessTarget(good, h)
+			tr.Fail(bad, tf(h))
+		}
+		if got := tr.Snapshot(bad).State; got != Eligible {
+			t.Errorf("state = %v", got)
+		}
+	})
+}
+
+func TestTargetScope(t *testing.T) {
+	ban := func(host string) *Failure {
+		return &Failure{Class: TargetHTTPError, Stage: StageHTTPStatus, Target: host}
+	}
+	t.Run("cools for the host only", func(t *testing.T) {
+		tr, clk := newFakeTracker(t, Config{StartEligible: true})
+		r := tr.Add("k", "up", nil, false)
+		tr.Fail(r, ban("shop.example"))
+		if !tr.Admit(r) || !tr.Eligible(r) || !tr.AdmitTarget(r, "news.example") || !tr.AdmitTarget(r, "") {
+			t.Fatal("a per-target cooldown blocked other hosts")
+		}
+		if tr.AdmitTarget(r, "shop.example") {
+			t.Fatal("admitted the banned host")
+		}
+		s := tr.Snapshot(r)
+		want := TargetCooldown{Host: "shop.example", Reason: TargetHTTPError, Stage: StageHTTPStatus, Until: clk.Now().Add(time.Minute), Streak: 1}
+		if len(s.Targets) != 1 || s.Targets[0] != want {
+			t.Fatalf("Targets = %+v, want %+v", s.Targets, want)
+		}
+		if h := s.History[len(s.History)-1]; h.Target != "shop.example" || h.From != Eligible || h.To != Eligible {
+			t.Errorf("history entry %+v", h)
+		}
+		// Repeated reports while cooling do not extend it; after expiry
+		// the next ban doubles.
+		tr.Fail(r, ban("shop.example"))
+		clk.Advance(time.Minute)
+		if !tr.AdmitTarget(r, "shop.example") || len(tr.Snapshot(r).Targets) != 0 {
+			t.Fatal("per-target cooldown did not expire")
+		}
+		tr.Fail(r, ban("shop.example"))
+		if got := tr.Snapshot(r).Targets[0].Until.Sub(clk.Now()); got != 2*time.Minute {
+			t.Errorf("second ban = %v, want 2m", got)
+		}
+		// A success for the host after expiry restarts its streak.
+		clk.Advance(2 * time.Minute)
+		tr.SuccessTarget(r, "shop.example")
+		tr.Fail(r, ban("shop.example"))
+		if got := tr.Snapshot(r).Targets[0].Until.Sub(clk.Now()); got != time.Minute {
+			t.Errorf("after success = %v, want 1m", got)
+		}
+	})
+	t.Run("scope upstream cools everything", func(t *testing.T) {
+		tr, _ := newFakeTracker(t, Config{StartEligible: true, ScopeTargetHTTPError: ScopeUpstream})
+		r := tr.Add("k", "up", nil, false)
+		tr.Fail(r, ban("shop.example"))
+		if tr.Admit(r) || tr.Snapshot(r).State != Cooling {
+			t.Error("scope upstream did not cool the record")
+		}
+	})
+	t.Run("slow_body scope target", func(t *testing.T) {
+		tr, _ := newFakeTracker(t, Config{StartEligible: true, ScopeSlowBody: ScopeTarget})
+		r := tr.Add("k", "up", nil, false)
+		tr.Fail(r, &Failure{Class: SlowBody, Stage: StageFirstByte, Target: "slow.example"})
+		tr.Fail(r, &Failure{Class: SlowBody, Stage: StageFirstByte}) // no target: whole record
+		s := tr.Snapshot(r)
+		if len(s.Targets) != 1 || s.State != Cooling {
+			t.Errorf("snapshot %+v", s)
+		}
+	})
+	t.Run("bounded, oldest dropped", func(t *testing.T) {
+		tr, clk := newFakeTracker(t, Config{StartEligible: true, MaxTargets: 4})
+		r := tr.Add("k", "up", nil, false)
+		for i := range 6 {
+			tr.Fail(r, ban(fmt.Sprint("h", i)))
+			clk.Advance(time.Second)
+		}
+		s := tr.Snapshot(r)
+		if len(s.Targets) != 4 || s.TargetDrops != 2 || s.Targets[0].Host != "h2" {
+			t.Fatalf("targets %+v drops %d", s.Targets, s.TargetDrops)
+		}
+		if !tr.AdmitTarget(r, "h0") || tr.AdmitTarget(r, "h5") {
+			t.Error("dropped host still cooling, or kept host admitted")
+		}
+	})
+}

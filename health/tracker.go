@@ -1,0 +1,237 @@
+package health
+
+import (
+	"context"
+	"math/rand/v2"
+	"net"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// Dialer is what the prober needs from an upstream: the same dialer client
+// traffic uses (proxy handshake and auth included). Errors it returns should
+// be *Failure values already classified by the upstream package; others are
+// classified by the prober (see classifyProbe).
+type Dialer interface {
+	DialContext(ctx context.Context, network, addr string) (net.Conn, error)
+}
+
+// Observer receives events for metrics and the state-file writer. Methods
+// are called outside every lock, from the goroutine that caused the event
+// (a reporting caller or a probe goroutine), so they must be cheap and safe
+// for concurrent use. Counters that can be read at scrape time (failures by
+// class and stage, successes, probe totals, per-state counts) are in
+// Snapshot and Counts instead.
+type Observer interface {
+	// Transition is called once per state change of the record named name,
+	// and once per per-target cooldown (tr.Target set, From == To).
+	Transition(name string, tr Transition)
+	// Probe is called when a probe of the record named name finishes
+	// (ok: it passed; d: its duration on the tracker clock). Probes
+	// abandoned because Run stopped are not reported.
+	Probe(name string, ok bool, d time.Duration)
+}
+
+// Tracker owns every upstream record of one pool. Safe for concurrent use.
+// Records are carried across config reloads inside the Tracker instance
+// (STYLE 17), never through package state.
+type Tracker struct {
+	cfg    Config
+	policy Policy
+	clock  Clock
+	log    zerolog.Logger
+	probe  *probeSpec // nil when Probe.URL is empty
+	rand   func() float64
+
+	observer atomic.Pointer[Observer]
+	version  atomic.Uint64
+	running  atomic.Bool
+
+	// changed is closed and replaced on every transition that may let a
+	// waiting client proceed; chMu serialises the replacement.
+	changed atomic.Pointer[chan struct{}]
+	chMu    sync.Mutex
+
+	// sched holds the prober's deadlines; kick wakes Run when it changed.
+	sched scheduler
+	kick  chan struct{}
+
+	// seen remembers which records recently reached which target hosts,
+	// for the target-failure rule.
+	seen targetSeen
+
+	mu sync.RWMutex
+	// mu guards the field below.
+	records map[string]*Record
+}
+
+// NewTracker returns a tracker for cfg (copied, defaults filled). A nil
+// clock means real time. cfg should have passed Validate; an unusable probe
+// URL is treated like an empty one and logged at error by Run.
+func NewTracker(cfg Config, clock Clock, log zerolog.Logger) *Tracker {
+	if clock == nil {
+		clock = RealClock()
+	}
+	cfg = cfg.withDefaults()
+	t := &Tracker{
+		cfg:     cfg,
+		policy:  policyOf(cfg.Cooldown),
+		clock:   clock,
+		log:     log,
+		rand:    cfg.Rand,
+		kick:    make(chan struct{}, 1),
+		records: map[string]*Record{},
+	}
+	if t.rand == nil {
+		t.rand = rand.Float64
+	}
+	t.probe, _ = newProbeSpec(cfg.Probe)
+	ch := make(chan struct{})
+	t.changed.Store(&ch)
+	t.seen.init()
+	return t
+}
+
+// Policy returns the resolved cooldown policy.
+func (t *Tracker) Policy() Policy { return t.policy }
+
+// SetObserver installs o (nil removes it). Call it before Run and before
+// reporting starts; events raised before it are not replayed.
+func (t *Tracker) SetObserver(o Observer) {
+	if o == nil {
+		t.observer.Store(nil)
+		return
+	}
+	t.observer.Store(&o)
+}
+
+// Version increments on every transition (including per-target cooldowns
+// and Restore). The state-file writer compares it to decide whether a
+// debounced write is due; it never decreases.
+func (t *Tracker) Version() uint64 { return t.version.Load() }
+
+// Add returns the record for key, creating it when absent. An existing
+// record (a reload that kept the upstream) keeps its state, counters and
+// history; only its name and dialer are refreshed. New records start in
+// probe_allowed (or eligible with Config.StartEligible), or disabled when
+// disabled is true. A new probe_allowed record is probed as soon as Run's
+// limits allow. key and name must already be free of credentials.
+func (t *Tracker) Add(key, name string, d Dialer, disabled bool) *Record {
+	t.mu.Lock()
+	if r, ok := t.records[key]; ok {
+		t.mu.Unlock()
+		r.mu.Lock()
+		r.name, r.dialer = name, d
+		r.mu.Unlock()
+		return r
+	}
+	r := newRecord(key, name, d, t.cfg.HistoryLen)
+	var e effects
+	r.mu.Lock()
+	// A new record enters its first state directly: no history entry,
+	// one "upstream added" log line.
+	switch {
+	case disabled:
+		r.state.Store(uint32(Disabled))
+		r.reason, r.stage, r.detail = Operator, StageOperator, "disabled in config"
+	case t.cfg.StartEligible:
+		r.state.Store(uint32(Eligible))
+		e.wake = true
+	default:
+		r.state.Store(uint32(ProbeAllowed))
+		e.items = append(e.items, item{at: t.clock.Now(), rec: r, epoch: r.epoch, kind: kindProbe})
+	}
+	state := State(r.state.Load())
+	r.mu.Unlock()
+	t.records[key] = r
+	t.mu.Unlock()
+	t.version.Add(1)
+	t.log.Info().Str("upstream", name).Stringer("to", state).Msg("upstream added")
+	t.apply(&e)
+	return r
+}
+
+// Remove drops the record for key (the upstream left the config). It is
+// the only way a record disappears, and it is logged as an operator action.
+// A removed record reads as disabled to holders of an old snapshot, and any
+// probe still running for it is ignored.
+func (t *Tracker) Remove(key string) {
+	t.mu.Lock()
+	r, ok := t.records[key]
+	delete(t.records, key)
+	t.mu.Unlock()
+	if !ok {
+		return
+	}
+	r.mu.Lock()
+	r.removed = true
+	r.epoch++
+	from := State(r.state.Load())
+	r.state.Store(uint32(Disabled))
+	r.ramping.Store(false)
+	name := r.name
+	r.mu.Unlock()
+	t.version.Add(1)
+	t.log.Info().Str("upstream", name).Stringer("from", from).
+		Str("class", Operator.String()).Str("stage", StageOperator.String()).
+		Msg("upstream removed")
+}
+
+// Lookup returns the record for key, or nil.
+func (t *Tracker) Lookup(key string) *Record {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.records[key]
+}
+
+// Records returns every record, sorted by key.
+func (t *Tracker) Records() []*Record {
+	t.mu.RLock()
+	rs := make([]*Record, 0, len(t.records))
+	for _, r := range t.records {
+		rs = append(rs, r)
+	}
+	t.mu.RUnlock()
+	slices.SortFunc(rs, func(a, b *Record) int { return strings.Compare(a.key, b.key) })
+	return rs
+}
+
+// Counts returns how many records are in each state now (every state
+// present, zeros included), for the rotor_upstreams{state} gauge.
+func (t *Tracker) Counts() map[State]int {
+	now := t.clock.Now()
+	m := make(map[State]int, numStates)
+	for _, s := range AllStates() {
+		m[s] = 0
+	}
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	for _, r := range t.records {
+		r.mu.Lock()
+		m[r.effectiveState(now)]++
+		r.mu.Unlock()
+	}
+	return m
+}
+
+// Changed returns a channel closed at the next transition that may let a
+// waiting client proceed: a record became eligible, a slow-start window
+// opened on a record that refused someone, or a per-target cooldown ended.
+// Callers take the channel, re-check Admit, then wait on it (in that order,
+// so no wake-up is lost). Ramp and target wake-ups are driven by Run.
+func (t *Tracker) Changed() <-chan struct{} { return *t.changed.Load() }
+
+// broadcast wakes every Changed waiter.
+func (t *Tracker) broadcast() {
+	t.chMu.Lock()
+	old := t.changed.Load()
+	ch := make(chan struct{})
+	t.changed.Store(&ch)
+	t.chMu.Unlock()
+	close(*old)
+}

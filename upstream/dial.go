@@ -1,0 +1,27 @@
+// Package upstream owns endpoint records (name, parsed URL, redacted form),
+// the per-scheme dialers (socks5, http/https CONNECT, direct), selection
+// strategies and the attempt loop that leases an endpoint for one client
+// connection. It reports every outcome to health and does not decide health
+// itself.
+package upstream
+
+import (
+	"crypto/tls"
+	"time"
+)
+
+// DialConfig holds the per-dial timeouts shared by every dialer.
+type DialConfig struct {
+	// ConnectTimeout bounds the TCP connect to the upstream proxy (or to the
+	// target for direct). Default 5s.
+	ConnectTimeout time.Duration `toml:"connect_timeout"`
+	// HandshakeTimeout bounds the proxy handshake (TLS to an https proxy,
+	// SOCKS5 greeting/auth/request or HTTP CONNECT) after the TCP connect.
+	// Default 10s.
+	HandshakeTimeout time.Duration `toml:"handshake_timeout"`
+	// TLS is the client TLS config for https:// proxies (nil: system roots).
+	TLS *tls.Config `toml:"-"`
+	// AllowPrivate lets the direct dialer reach loopback, private and
+	// link-local destinations.
+	AllowPrivate bool `toml:"-"`
+}

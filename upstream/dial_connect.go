@@ -1,0 +1,239 @@
+package upstream
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"encoding/base64"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"golang.org/x/net/proxy"
+
+	"github.com/rotor-proxy/rotor/health"
+)
+
+// maxConnectResponseBytes bounds how much of a CONNECT response rotor reads
+// before giving up on it (status line plus headers), like net/http's
+// transport bounds its own CONNECT (STYLE rule 28).
+const maxConnectResponseBytes = 16 << 10
+
+// ConnectStatusError is a non-2xx answer to CONNECT (RFC 9110 §9.3.6). It
+// never holds request headers, so no credential can leak through it. The
+// class and stage it maps to are in the table in classify.go.
+type ConnectStatusError struct {
+	StatusCode int    // e.g. 407
+	Status     string // status line after the version, e.g. "407 Proxy Authentication Required"
+	// SquidError is the X-Squid-Error header ("ERR_CONNECT_FAIL 111"),
+	// squid's mark on errors it generated itself; empty when absent.
+	SquidError string
+}
+
+func (e *ConnectStatusError) Error() string {
+	if e.SquidError != "" {
+		return "proxy answered CONNECT with " + strconv.Quote(e.Status) + " (" + e.SquidError + ")"
+	}
+	return "proxy answered CONNECT with " + strconv.Quote(e.Status)
+}
+
+// connectDialer tunnels through an HTTP proxy with CONNECT, over TLS to the
+// proxy when tls is set (https:// upstreams).
+type connectDialer struct {
+	proxyDialer
+	tls *tls.Config // nil for http://
+}
+
+var _ proxy.ContextDialer = (*connectDialer)(nil)
+var _ proxy.Dialer = (*connectDialer)(nil)
+
+// Dial is DialContext with context.Background, for the proxy.Dialer shape.
+func (d *connectDialer) Dial(network, addr string) (net.Conn, error) {
+	return d.DialContext(context.Background(), network, addr)
+}
+
+// DialContext opens a tunnel to addr with CONNECT. ctx governs only the
+// establishment. The conn returned is the raw *net.TCPConn (http) or the
+// *tls.Conn (https) unless the proxy sent tunnel bytes along with its
+// response; those are then served first by a thin wrapper.
+func (d *connectDialer) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	host, _, err := splitTarget(network, addr)
+	if err != nil {
+		return nil, err
+	}
+	raw, err := d.dialProxy(ctx, host)
+	if err != nil {
+		return nil, err
+	}
+	var out net.Conn
+	err = handshake(ctx, raw, d.cfg.HandshakeTimeout, func() error {
+		c := raw
+		if d.tls != nil {
+			tc := tls.Client(raw, d.tls)
+			if err := tc.HandshakeContext(ctx); err != nil {
+				return fmt.Errorf("tls handshake with proxy: %w", err)
+			}
+			c = tc
+		}
+		if _, err := io.WriteString(c, d.request(addr)); err != nil {
+			return err
+		}
+		over, err := readConnectResponse(c, d.secrets()...)
+		if err != nil {
+			return err
+		}
+		out = c
+		if len(over) > 0 {
+			out = &bufferedConn{Conn: c, buf: over}
+		}
+		return nil
+	})
+	if err != nil {
+		raw.Close()
+		return nil, failAt(err, health.StageProxyHandshake, host)
+	}
+	return out, nil
+}
+
+// request renders the CONNECT request. Proxy-Authorization carries the
+// userinfo; it is written only to the proxy and never into an error.
+func (d *connectDialer) request(addr string) string {
+	var b strings.Builder
+	b.WriteString("CONNECT ")
+	b.WriteString(addr)
+	b.WriteString(" HTTP/1.1\r\nHost: ")
+	b.WriteString(addr)
+	b.WriteString("\r\n")
+	if d.hasAuth {
+		b.WriteString("Proxy-Authorization: Basic ")
+		b.WriteString(d.basicToken())
+		b.WriteString("\r\n")
+	}
+	b.WriteString("\r\n")
+	return b.String()
+}
+
+// secrets are the strings no error may contain: the password and the
+// Proxy-Authorization token.
+func (d *connectDialer) secrets() []string {
+	if !d.hasAuth {
+		return nil
+	}
+	return []string{d.pass, d.basicToken()}
+}
+
+func (d *connectDialer) basicToken() string {
+	return base64.StdEncoding.EncodeToString([]byte(d.user + ":" + d.pass))
+}
+
+// connectReq is the request ReadResponse pairs the answer with; only its
+// method matters (a 2xx answer to CONNECT has no body).
+var connectReq = &http.Request{Method: http.MethodConnect}
+
+// readConnectResponse reads the proxy's answer to CONNECT from r, at most
+// maxConnectResponseBytes of it. On 2xx it returns the bytes read past the
+// header (tunnel data the proxy sent early; usually none). Otherwise it
+// returns *ConnectStatusError, or ErrMalformedReply for anything that is not
+// an HTTP response. Peer text that goes into errors has secret (the
+// proxy password and Basic token) scrubbed, in case a broken proxy echoes the request.
+func readConnectResponse(r io.Reader, secrets ...string) (over []byte, err error) {
+	lr := &io.LimitedReader{R: r, N: maxConnectResponseBytes}
+	br := bufio.NewReaderSize(lr, 4096)
+	resp, err := http.ReadResponse(br, connectReq)
+	if err != nil {
+		if isTimeout(err) || IsCanceled(err) {
+			return nil, fmt.Errorf("reading CONNECT response: %w", err)
+		}
+		if lr.N == 0 {
+			return nil, fmt.Errorf("%w: CONNECT response header over %d bytes", ErrMalformedReply, maxConnectResponseBytes)
+		}
+		return nil, fmt.Errorf("%w: CONNECT response: %s", ErrMalformedReply, sanitize(err.Error(), secrets))
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return nil, &ConnectStatusError{
+			StatusCode: resp.StatusCode,
+			Status:     sanitize(resp.Status, secrets),
+			SquidError: sanitize(resp.Header.Get("X-Squid-Error"), secrets),
+		}
+	}
+	if n := br.Buffered(); n > 0 {
+		over = make([]byte, n)
+		copy(over, must(br.Peek(n)))
+	}
+	return over, nil
+}
+
+func must(b []byte, _ error) []byte { return b }
+
+// sanitize bounds and cleans peer-controlled text before it goes into an
+// error string (logs, admin API history), and removes secrets from it.
+func sanitize(s string, secrets []string) string {
+	for _, sec := range secrets {
+		if len(sec) >= 3 {
+			s = strings.ReplaceAll(s, sec, "xxxxx")
+		}
+	}
+	const max = 128
+	if len(s) > max {
+		s = s[:max]
+	}
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return '?'
+		}
+		return r
+	}, s)
+}
+
+// bufferedConn serves bytes the proxy sent right after its CONNECT answer
+// before reading from the conn (STYLE rule 32). It is used only when such
+// bytes exist, so the common case keeps the raw conn for splice.
+type bufferedConn struct {
+	net.Conn
+	buf []byte
+}
+
+func (c *bufferedConn) Read(p []byte) (int, error) {
+	if len(c.buf) > 0 {
+		n := copy(p, c.buf)
+		c.buf = c.buf[n:]
+		return n, nil
+	}
+	return c.Conn.Read(p)
+}
+
+// WriteTo drains the buffer, then hands over to the underlying conn's
+// WriteTo (splice for *net.TCPConn) when it has one.
+func (c *bufferedConn) WriteTo(w io.Writer) (int64, error) {
+	var total int64
+	if len(c.buf) > 0 {
+		n, err := w.Write(c.buf)
+		total += int64(n)
+		c.buf = c.buf[n:]
+		if err != nil {
+			return total, err
+		}
+	}
+	n, err := io.Copy(w, c.Conn)
+	return total + n, err
+}
+
+// ReadFrom lets io.Copy(conn, src) use the underlying conn's ReadFrom
+// (splice/sendfile for *net.TCPConn).
+func (c *bufferedConn) ReadFrom(r io.Reader) (int64, error) {
+	return io.Copy(c.Conn, r)
+}
+
+// CloseWrite half-closes the underlying conn (TCP FIN or TLS close_notify).
+func (c *bufferedConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
+// NetConn returns the underlying conn, like tls.Conn.NetConn.
+func (c *bufferedConn) NetConn() net.Conn { return c.Conn }

@@ -1,0 +1,103 @@
+package upstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"syscall"
+
+	"golang.org/x/net/proxy"
+
+	"github.com/rotor-proxy/rotor/health"
+)
+
+// ErrDestinationForbidden is wrapped when the direct dialer refuses a
+// destination by policy: after resolution the address is loopback, private
+// (RFC 1918, RFC 4193), link-local (incl. the 169.254.169.254 cloud metadata
+// service), CGNAT shared space, multicast or unspecified, and
+// DialConfig.AllowPrivate is off. It is a Failure of class
+// target_unreachable, stage target_connect: the target is the problem, and
+// the direct upstream must not cool for it.
+var ErrDestinationForbidden = errors.New("destination forbidden by policy")
+
+// directDialer dials targets itself (direct:// upstream). It is the only
+// place rotor resolves target names.
+type directDialer struct{ cfg DialConfig }
+
+var _ proxy.ContextDialer = (*directDialer)(nil)
+var _ proxy.Dialer = (*directDialer)(nil)
+
+// Dial is DialContext with context.Background, for the proxy.Dialer shape.
+func (d *directDialer) Dial(network, addr string) (net.Conn, error) {
+	return d.DialContext(context.Background(), network, addr)
+}
+
+// DialContext connects to addr, resolving names. ctx governs only the
+// connect. The destination policy is checked in the dialer's Control hook,
+// on the address actually being connected to, so a name that resolves to
+// a forbidden address cannot slip through between check and use.
+//
+// Classification (there is no proxy: the target is always the one to blame,
+// except for local resource errors):
+//
+//	forbidden destination, ECONNREFUSED, EHOSTUNREACH,
+//	ENETUNREACH, DNS failure                       target_unreachable/target_connect
+//	timeout                                        target_timeout/target_connect
+//	client cancellation                            none/target_connect
+//	anything else (e.g. EMFILE)                    upstream_error/target_connect
+func (d *directDialer) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	host, _, err := splitTarget(network, addr)
+	if err != nil {
+		return nil, err
+	}
+	nd := net.Dialer{Timeout: d.cfg.ConnectTimeout}
+	if !d.cfg.AllowPrivate {
+		nd.ControlContext = func(_ context.Context, _, address string, _ syscall.RawConn) error {
+			return checkDestination(address)
+		}
+	}
+	c, err := nd.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, &health.Failure{Class: directClass(err), Stage: health.StageTargetConnect, Target: host, Err: err}
+	}
+	return c, nil
+}
+
+func directClass(err error) health.Class {
+	var dnsErr *net.DNSError
+	switch {
+	case IsCanceled(err):
+		return health.ClassNone
+	case errors.Is(err, ErrDestinationForbidden), errors.Is(err, syscall.ECONNREFUSED),
+		errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
+		return health.TargetUnreachable
+	case errors.As(err, &dnsErr) && !dnsErr.IsTimeout:
+		return health.TargetUnreachable
+	case isTimeout(err):
+		return health.TargetTimeout
+	}
+	return health.UpstreamError
+}
+
+// checkDestination enforces the direct dialer's policy on a resolved
+// "ip:port".
+func checkDestination(address string) error {
+	ap, err := netip.ParseAddrPort(address)
+	if err != nil {
+		return fmt.Errorf("%w: unparsable address %q", ErrDestinationForbidden, address)
+	}
+	if ip := ap.Addr().Unmap(); forbiddenAddr(ip) {
+		return fmt.Errorf("%w: %s is not a public address", ErrDestinationForbidden, ip)
+	}
+	return nil
+}
+
+var cgnat = netip.MustParsePrefix("100.64.0.0/10")
+
+func forbiddenAddr(ip netip.Addr) bool {
+	return ip.IsLoopback() || ip.IsPrivate() || ip.IsLinkLocalUnicast() ||
+		ip.IsLinkLocalMulticast() || ip.IsInterfaceLocalMulticast() || ip.IsMulticast() ||
+		ip.IsUnspecified() || cgnat.Contains(ip) || !ip.IsValid()
+}

@@ -1,0 +1,99 @@
+package upstream
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/rotor-proxy/rotor/health"
+	"github.com/rotor-proxy/rotor/upstream/upstreamtest"
+)
+
+func TestDirectSuccess(t *testing.T) {
+	target := upstreamtest.NewTarget(t)
+	_, port, _ := net.SplitHostPort(target.Addr())
+	for _, addr := range []string{target.Addr(), "localhost:" + port} {
+		c, err := dial(t, mustDialer(t, mustURL(t, "direct://"), testCfg()), addr)
+		if err != nil {
+			t.Fatalf("%s: %v", addr, err)
+		}
+		if _, ok := c.(*net.TCPConn); !ok {
+			t.Fatalf("conn is %T, want *net.TCPConn", c)
+		}
+		roundTrip(t, c)
+	}
+}
+
+func TestDirectFailures(t *testing.T) {
+	target := upstreamtest.NewTarget(t)
+	closed := upstreamtest.ClosedPort(t)
+	d := mustDialer(t, mustURL(t, "direct://"), testCfg())
+
+	_, err := dial(t, d, closed)
+	if f := wantFailure(t, err, health.TargetUnreachable, health.StageTargetConnect); f.Target != "127.0.0.1" {
+		t.Fatalf("Target = %q", f.Target)
+	}
+
+	ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancel()
+	_, err = d.DialContext(ctx, "tcp", target.Addr())
+	wantFailure(t, err, health.TargetTimeout, health.StageTargetConnect)
+
+	ctx, cancel = context.WithCancel(context.Background())
+	cancel()
+	_, err = d.DialContext(ctx, "tcp", target.Addr())
+	wantFailure(t, err, health.ClassNone, health.StageTargetConnect)
+	if !IsCanceled(err) {
+		t.Fatalf("err = %v, want IsCanceled", err)
+	}
+
+	_, err = dial(t, d, "name.invalid:80") // RFC 6761: never resolves
+	wantFailure(t, err, health.TargetUnreachable, health.StageTargetConnect)
+}
+
+// TestDirectPolicy: without AllowPrivate, loopback targets are refused by
+// policy after resolution, as a target failure.
+func TestDirectPolicy(t *testing.T) {
+	target := upstreamtest.NewTarget(t)
+	_, port, _ := net.SplitHostPort(target.Addr())
+	cfg := testCfg()
+	cfg.AllowPrivate = false
+	d := mustDialer(t, mustURL(t, "direct://"), cfg)
+	for _, addr := range []string{target.Addr(), "localhost:" + port, "[::1]:" + port} {
+		_, err := dial(t, d, addr)
+		wantFailure(t, err, health.TargetUnreachable, health.StageTargetConnect)
+		if !errors.Is(err, ErrDestinationForbidden) {
+			t.Fatalf("%s: err = %v, want ErrDestinationForbidden", addr, err)
+		}
+	}
+	if n := target.Requests(); n != 0 {
+		t.Fatalf("target saw %d requests", n)
+	}
+}
+
+func TestForbiddenAddr(t *testing.T) {
+	tests := map[string]bool{
+		"127.0.0.1": true, "127.9.9.9": true, "::1": true,
+		"10.1.2.3": true, "172.16.0.1": true, "192.168.1.1": true, "fd00::1": true,
+		"169.254.169.254": true, "fe80::1": true, "100.64.0.1": true,
+		"0.0.0.0": true, "::": true, "224.0.0.1": true, "ff02::1": true,
+		"::ffff:127.0.0.1": true,
+		"8.8.8.8": false, "1.1.1.1": false, "2606:4700::1111": false, "100.128.0.1": false,
+	}
+	for s, want := range tests {
+		ip := netip.MustParseAddr(s)
+		if got := forbiddenAddr(ip.Unmap()); got != want {
+			t.Errorf("forbiddenAddr(%s) = %v, want %v", s, got, want)
+		}
+		err := checkDestination(netip.AddrPortFrom(ip, 80).String())
+		if got := errors.Is(err, ErrDestinationForbidden); got != want {
+			t.Errorf("checkDestination(%s) = %v, want forbidden=%v", s, err, want)
+		}
+	}
+	if !errors.Is(checkDestination("garbage"), ErrDestinationForbidden) {
+		t.Error("unparsable address allowed")
+	}
+}

@@ -1,0 +1,251 @@
+package upstream
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+)
+
+// maxListLine bounds one line of a list file; longer lines are reported
+// and skipped rather than buffered without limit.
+const maxListLine = 4096
+
+// ListEntry is one upstream parsed from a list file.
+type ListEntry struct {
+	Line int      // 1-based line number in the file
+	URL  *url.URL // scheme://[user:pass@]host:port, never with a path
+}
+
+// LineError is a list-file line that was skipped. Err never contains the
+// line's password.
+type LineError struct {
+	Line int // 1-based; 0 for errors not tied to a line (bad default scheme)
+	Err  error
+}
+
+func (e LineError) Error() string { return fmt.Sprintf("line %d: %v", e.Line, e.Err) }
+func (e LineError) Unwrap() error { return e.Err }
+
+// listSchemes are the schemes a list file may name; direct makes no sense
+// in a list of proxies.
+var listSchemes = map[string]bool{"socks5": true, "socks5h": true, "http": true, "https": true}
+
+// ParseList reads a proxy list in the formats proxy sellers hand out
+// (issue 6), one proxy per line:
+//
+//	scheme://user:pass@host:port
+//	scheme://host:port
+//	host:port
+//	host:port:user:pass     (the password may contain ':')
+//	user:pass@host:port     (split at the last '@')
+//
+// IPv6 hosts are bracketed ("[::1]:1080"). Lines starting with '#' and blank
+// lines are ignored; leading/trailing space, CR line endings and a UTF-8 BOM
+// are tolerated. Lines without a scheme get defaultScheme. Bad lines are
+// returned as LineErrors and skipped; the good ones are all returned.
+func ParseList(r io.Reader, defaultScheme string) ([]ListEntry, []LineError) {
+	var (
+		entries []ListEntry
+		errs    []LineError
+	)
+	if !listSchemes[defaultScheme] {
+		return nil, []LineError{{Line: 0, Err: fmt.Errorf("invalid default scheme %q (want socks5, http or https)", defaultScheme)}}
+	}
+	br := bufio.NewReaderSize(r, maxListLine)
+	for n := 1; ; n++ {
+		line, tooLong, err := readLine(br)
+		if err != nil && !errors.Is(err, io.EOF) {
+			errs = append(errs, LineError{Line: n, Err: fmt.Errorf("read: %w", err)})
+			break
+		}
+		if n == 1 {
+			line = bytes.TrimPrefix(line, []byte("\xef\xbb\xbf"))
+		}
+		switch s := strings.TrimSpace(string(line)); {
+		case tooLong:
+			errs = append(errs, LineError{Line: n, Err: fmt.Errorf("line longer than %d bytes", maxListLine)})
+		case s == "" || s[0] == '#':
+		default:
+			u, perr := parseListLine(s, defaultScheme)
+			if perr != nil {
+				errs = append(errs, LineError{Line: n, Err: perr})
+			} else {
+				entries = append(entries, ListEntry{Line: n, URL: u})
+			}
+		}
+		if err != nil { // io.EOF after the last line
+			break
+		}
+	}
+	return entries, errs
+}
+
+// readLine returns the next line without its terminator. An over-long line
+// is consumed to its end and reported with tooLong.
+func readLine(br *bufio.Reader) (line []byte, tooLong bool, err error) {
+	for {
+		chunk, err := br.ReadSlice('\n')
+		if errors.Is(err, bufio.ErrBufferFull) {
+			tooLong = true
+			continue
+		}
+		if !tooLong {
+			line = bytes.TrimRight(chunk, "\r\n")
+		}
+		if err == io.EOF && len(chunk) == 0 && !tooLong {
+			return nil, false, io.EOF
+		}
+		if err == io.EOF {
+			// A last line without newline: report it now, EOF next call.
+			return line, tooLong, nil
+		}
+		return line, tooLong, err
+	}
+}
+
+func parseListLine(s, defaultScheme string) (*url.URL, error) {
+	if strings.Contains(s, "://") {
+		return parseListURL(s)
+	}
+	var user, pass, hostport string
+	hasUser := false
+	host, rest, cutErr := cutHost(s)
+	port, creds, hasCreds := strings.Cut(rest, ":")
+	switch {
+	case cutErr == nil && isDigits(port) && !strings.Contains(host, "@"):
+		// host:port or host:port:user:pass. Tried first so that a password
+		// containing '@' does not turn the line into user:pass@host:port.
+		hostport = net.JoinHostPort(host, port)
+		if hasCreds {
+			user, pass, hasUser = strings.Cut(creds, ":")
+			if !hasUser {
+				return nil, errors.New("want host:port:user:pass, found only a user after the port")
+			}
+		}
+	case strings.Contains(s, "@"):
+		// user:pass@host:port, split at the last '@'.
+		at := strings.LastIndexByte(s, '@')
+		hostport = s[at+1:]
+		var ok bool
+		user, pass, ok = strings.Cut(s[:at], ":")
+		if !ok {
+			return nil, errors.New("credentials before '@' must be user:pass")
+		}
+		hasUser = true
+	case cutErr != nil:
+		return nil, cutErr
+	default:
+		return nil, fmt.Errorf("invalid port %q", port)
+	}
+	host, port, err := splitListHostPort(hostport)
+	if err != nil {
+		return nil, err
+	}
+	u := &url.URL{Scheme: defaultScheme, Host: net.JoinHostPort(host, port)}
+	if hasUser {
+		if user == "" {
+			return nil, errors.New("empty username")
+		}
+		u.User = url.UserPassword(user, pass)
+	}
+	return u, nil
+}
+
+func isDigits(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// cutHost splits "host:rest" or "[v6]:rest" at the colon after the host.
+func cutHost(s string) (host, rest string, err error) {
+	if strings.HasPrefix(s, "[") {
+		end := strings.IndexByte(s, ']')
+		if end < 0 {
+			return "", "", errors.New("missing ']' after IPv6 address")
+		}
+		host, rest = s[1:end], s[end+1:]
+		if !strings.HasPrefix(rest, ":") {
+			return "", "", errors.New("missing port")
+		}
+		return host, rest[1:], nil
+	}
+	host, rest, ok := strings.Cut(s, ":")
+	if !ok {
+		return "", "", errors.New("missing port")
+	}
+	return host, rest, nil
+}
+
+func splitListHostPort(hp string) (host, port string, err error) {
+	host, port, err = net.SplitHostPort(hp)
+	if err != nil {
+		return "", "", errors.New("want host:port")
+	}
+	if host == "" {
+		return "", "", errors.New("empty host")
+	}
+	if strings.ContainsAny(host, " \t/?#@[]") {
+		return "", "", fmt.Errorf("invalid host %q", host)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return "", "", fmt.Errorf("invalid port %q", port)
+	}
+	return host, port, nil
+}
+
+// parseListURL handles scheme://... lines. url.Parse errors quote the whole
+// input, so only their inner cause is used, with the userinfo scrubbed.
+func parseListURL(s string) (*url.URL, error) {
+	userinfo := ""
+	if i := strings.Index(s, "://"); i >= 0 {
+		rest := s[i+3:]
+		if j := strings.IndexAny(rest, "/?#"); j >= 0 {
+			rest = rest[:j]
+		}
+		if at := strings.LastIndexByte(rest, '@'); at >= 0 {
+			userinfo = rest[:at]
+		}
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		var ue *url.Error
+		msg := "invalid URL"
+		if errors.As(err, &ue) {
+			msg = "invalid URL: " + ue.Err.Error()
+		}
+		if userinfo != "" {
+			msg = strings.ReplaceAll(msg, userinfo, "xxxxx")
+			if _, p, ok := strings.Cut(userinfo, ":"); ok && p != "" {
+				msg = strings.ReplaceAll(msg, p, "xxxxx")
+			}
+		}
+		return nil, errors.New(msg)
+	}
+	if !listSchemes[u.Scheme] {
+		return nil, fmt.Errorf("unsupported scheme %q (want socks5, http or https)", u.Scheme)
+	}
+	if u.Opaque != "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" {
+		return nil, errors.New("unexpected path, query or fragment after host:port")
+	}
+	host, port, err := splitListHostPort(u.Host)
+	if err != nil {
+		return nil, err
+	}
+	if u.User != nil && u.User.Username() == "" {
+		return nil, errors.New("empty username")
+	}
+	return &url.URL{Scheme: u.Scheme, User: u.User, Host: net.JoinHostPort(host, port)}, nil
+}
