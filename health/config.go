@@ -68,6 +68,7 @@ const (
 
 var scopeNames = [...]string{ScopeDefault: "", ScopeUpstream: "upstream", ScopeTarget: "target"}
 
+// String returns the config string ("upstream", "target"; "" for the default).
 func (s Scope) String() string {
 	if int(s) < len(scopeNames) {
 		return scopeNames[s]
@@ -326,18 +327,18 @@ func (p ClassPolicy) validate(key string, d ClassPolicy) error {
 	}
 	// Compare the effective values, so "base = 20m" alone against a
 	// default max of 10m is reported rather than silently raised.
-	eff := p
+	eff, maxNote := p, ""
 	if eff.Base == 0 {
 		eff.Base = d.Base
 	}
 	if eff.Max == 0 {
-		eff.Max = d.Max
+		eff.Max, maxNote = d.Max, " (default)"
 	}
 	if eff.After == 0 {
 		eff.After = d.After
 	}
 	if eff.Max < eff.Base {
-		return fmt.Errorf("%s.max: must be >= base (max %s, base %s)", key, eff.Max, eff.Base)
+		return fmt.Errorf("%s.max: must be >= base (max %s%s, base %s)", key, eff.Max, maxNote, eff.Base)
 	}
 	if p.PermanentAfter > 0 && p.PermanentAfter < eff.After {
 		return fmt.Errorf("%s.permanent_after: must be >= after (permanent_after %d, after %d)", key, p.PermanentAfter, eff.After)

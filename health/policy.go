@@ -87,7 +87,8 @@ func (p Policy) For(c Class) ClassPolicy {
 // the last passing probe (1 for the first; values below 1 count as 1):
 // Base × Multiplier^(consecutive-1), capped at Max, then scaled by the
 // jitter factor 1 + Jitter×(2×jitterSample−1) and capped at Max again.
-// jitterSample is a uniform sample in [0, 1) (clamped); 0.5 means no jitter.
+// jitterSample is a uniform sample in [0, 1) (clamped; NaN counts as
+// 0.5); 0.5 means no jitter.
 // The growth is computed in float64, so a huge consecutive count saturates
 // at Max instead of overflowing time.Duration.
 func (p Policy) Cooldown(c Class, consecutive int, jitterSample float64) time.Duration {
@@ -100,8 +101,19 @@ func (p Policy) Cooldown(c Class, consecutive int, jitterSample float64) time.Du
 	if math.IsNaN(d) || d > hi {
 		d = hi // +Inf (overflow) lands here too
 	}
-	s := min(max(jitterSample, 0), 1)
+	s := jitterSample
+	if math.IsNaN(s) {
+		s = 0.5
+	}
+	s = min(max(s, 0), 1)
 	d *= 1 + p.jitter*(2*s-1)
-	d = min(max(d, 0), hi)
+	// Compare in float64 but return Max itself: float64(Max) may round up
+	// past the largest Duration.
+	switch {
+	case d >= hi:
+		return cp.Max
+	case d <= 0:
+		return 0
+	}
 	return time.Duration(d)
 }

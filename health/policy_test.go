@@ -164,3 +164,22 @@ func TestValidate(t *testing.T) {
 		})
 	}
 }
+
+// FuzzCooldown checks that Cooldown never panics and stays within
+// [0, max] for any input, including NaN samples and huge streaks.
+func FuzzCooldown(f *testing.F) {
+	f.Add(1, 0.5, int64(time.Second), int64(time.Minute), 2.0, 0.2) // defaults shape
+	f.Add(math.MaxInt, 1.0, int64(1), int64(math.MaxInt64), 10.0, 0.9)
+	f.Add(-1, math.NaN(), int64(0), int64(0), 1.0, 0.0)
+	f.Fuzz(func(t *testing.T, n int, s float64, base, hi int64, mult, jitter float64) {
+		c := CooldownConfig{Multiplier: mult, Jitter: jitter, Refused: ClassPolicy{Base: time.Duration(base), Max: time.Duration(hi)}}
+		if c.Validate() != nil {
+			return
+		}
+		p := c.Policy()
+		got := p.Cooldown(Refused, n, s)
+		if got < 0 || got > p.For(Refused).Max {
+			t.Fatalf("Cooldown(%d, %v) = %v outside [0, %v]", n, s, got, p.For(Refused).Max)
+		}
+	})
+}

@@ -89,19 +89,19 @@ var aLongTimeAgo = time.Unix(1, 0)
 func (p *probeSpec) run(ctx context.Context, d Dialer) error {
 	ctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
-	conn, err := d.DialContext(ctx, "tcp", p.addr)
+	raw, err := d.DialContext(ctx, "tcp", p.addr)
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
+	defer raw.Close()
 	if dl, ok := ctx.Deadline(); ok {
-		conn.SetDeadline(dl)
+		raw.SetDeadline(dl)
 	}
 	// Cancellation (Run stopping) unblocks the I/O below through a past
 	// deadline; the watcher is waited for before returning (STYLE 27).
 	watched := make(chan struct{})
 	stop := context.AfterFunc(ctx, func() {
-		conn.SetDeadline(aLongTimeAgo)
+		raw.SetDeadline(aLongTimeAgo)
 		close(watched)
 	})
 	defer func() {
@@ -110,8 +110,9 @@ func (p *probeSpec) run(ctx context.Context, d Dialer) error {
 		}
 	}()
 
+	conn := raw
 	if p.tls {
-		tc := tls.Client(conn, p.tlsConf)
+		tc := tls.Client(raw, p.tlsConf)
 		if err := tc.HandshakeContext(ctx); err != nil {
 			return fmt.Errorf("probe tls: %w", err)
 		}
@@ -151,6 +152,7 @@ func (p *probeSpec) run(ctx context.Context, d Dialer) error {
 // StatusError is a probe answered with a status not in expect_status.
 type StatusError struct{ StatusCode int }
 
+// Error returns "probe status N".
 func (e *StatusError) Error() string { return "probe status " + strconv.Itoa(e.StatusCode) }
 
 // classifyProbe maps a probe error to the class the record cools with

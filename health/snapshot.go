@@ -71,7 +71,7 @@ func (t *Tracker) Snapshot(r *Record) Snapshot {
 	now := t.clock.Now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.snapshot(now)
+	return r.snapshot(now, t.cfg.SlowStart)
 }
 
 // Export returns a snapshot of every record, sorted by key, for the state
@@ -82,14 +82,14 @@ func (t *Tracker) Export() []Snapshot {
 	out := make([]Snapshot, 0, len(rs))
 	for _, r := range rs {
 		r.mu.Lock()
-		out = append(out, r.snapshot(now))
+		out = append(out, r.snapshot(now, t.cfg.SlowStart))
 		r.mu.Unlock()
 	}
 	return out
 }
 
 // snapshot copies r. Caller holds r.mu.
-func (r *Record) snapshot(now time.Time) Snapshot {
+func (r *Record) snapshot(now time.Time, slowStart time.Duration) Snapshot {
 	s := Snapshot{
 		Key:          r.key,
 		Name:         r.name,
@@ -105,7 +105,7 @@ func (r *Record) snapshot(now time.Time) Snapshot {
 		ProbesOK:     r.probesOK,
 		ProbesFailed: r.probesFailed,
 		LastProbe:    r.lastProbe,
-		SlowStart:    r.ramping.Load() && now.Sub(r.ramp.start) >= 0,
+		SlowStart:    r.ramping.Load() && now.Sub(r.ramp.start) < slowStart,
 		History:      r.hist.list(),
 		TargetDrops:  r.targetDrops,
 	}

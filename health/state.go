@@ -34,6 +34,9 @@ type Record struct {
 	name    string
 	dialer  Dialer
 	removed bool
+	// configDisabled says the record is disabled by its config entry
+	// (disabled = true), not by an operator or permanent_after.
+	configDisabled bool
 	// epoch increments on every transition; probe results and scheduled
 	// items carrying an older epoch are stale and dropped (STYLE 42).
 	epoch  uint64
@@ -192,9 +195,11 @@ func (t *Tracker) Epoch(r *Record) uint64 {
 // Success records a successful use of r (a tunnel established, a response
 // relayed). It resets r's failure runs (after, permanent_after). It takes
 // no lock unless failures are pending.
-func (t *Tracker) Success(r *Record) {
+func (t *Tracker) Success(r *Record) { t.success(r, t.clock.Now()) }
+
+func (t *Tracker) success(r *Record, now time.Time) {
 	r.successes.Add(1)
-	r.lastSuccess.Store(wall(t.clock.Now()).UnixNano())
+	r.lastSuccess.Store(wall(now).UnixNano())
 	if r.pending.Load() {
 		r.mu.Lock()
 		if State(r.state.Load()) == Eligible {
@@ -211,11 +216,11 @@ func (t *Tracker) Success(r *Record) {
 // reaches host (see Fail), and it restarts the cooldown streak of an
 // expired per-target cooldown for host.
 func (t *Tracker) SuccessTarget(r *Record, host string) {
-	t.Success(r)
+	now := t.clock.Now()
+	t.success(r, now)
 	if host == "" {
 		return
 	}
-	now := t.clock.Now()
 	t.seen.note(host, r, now)
 	if r.ntargets.Load() > 0 {
 		t.forgetTarget(r, host, now)
@@ -275,11 +280,11 @@ func (t *Tracker) fail(r *Record, f *Failure, epoch uint64, checkEpoch bool) {
 	case f.Target != "" && t.scope(class) == ScopeTarget:
 		t.coolTarget(r, now, class, stage, f.Target, detailOf(f.Err), f.Err, &e)
 	default:
+		pol := t.policy.For(class)
 		r.after[class]++
 		r.consec[class]++
 		r.pending.Store(true)
-		if r.after[class] >= t.policy.For(class).After ||
-			t.policy.For(class).PermanentAfter > 0 && r.consec[class] >= t.policy.For(class).PermanentAfter {
+		if r.after[class] >= pol.After || pol.PermanentAfter > 0 && r.consec[class] >= pol.PermanentAfter {
 			t.cool(r, now, class, stage, detailOf(f.Err), f.Err, &e)
 		}
 	}
@@ -318,7 +323,9 @@ func truncate(s string, n int) string {
 // Disable moves r to disabled with reason operator; it stays in the list
 // and in Export. detail is kept in the history. Disabling a disabled
 // record changes nothing.
-func (t *Tracker) Disable(r *Record, detail string) {
+func (t *Tracker) Disable(r *Record, detail string) { t.disable(r, detail, false) }
+
+func (t *Tracker) disable(r *Record, detail string, byConfig bool) {
 	now := t.clock.Now()
 	var e effects
 	r.mu.Lock()
@@ -326,6 +333,7 @@ func (t *Tracker) Disable(r *Record, detail string) {
 		detail = truncate(detail, maxDetail)
 		r.reason, r.stage, r.detail = Operator, StageOperator, detail
 		r.deadline, r.until = time.Time{}, time.Time{}
+		r.configDisabled = byConfig
 		t.setState(r, now, Disabled, Operator, StageOperator, detail, nil, &e)
 	}
 	r.mu.Unlock()
@@ -337,7 +345,9 @@ func (t *Tracker) Disable(r *Record, detail string) {
 // the permanent_after runs (an operator asked for a fresh try) but not the
 // cooldown streak (no probe has passed yet). Enabling an eligible or
 // probe_allowed record changes nothing.
-func (t *Tracker) Enable(r *Record) {
+func (t *Tracker) Enable(r *Record) { t.enable(r, "enabled by operator") }
+
+func (t *Tracker) enable(r *Record, detail string) {
 	now := t.clock.Now()
 	var e effects
 	r.mu.Lock()
@@ -345,7 +355,8 @@ func (t *Tracker) Enable(r *Record) {
 		r.consec = [numClasses]int{}
 		r.after = [numClasses]int{}
 		r.deadline, r.until = time.Time{}, time.Time{}
-		t.setState(r, now, ProbeAllowed, Operator, StageOperator, "enabled by operator", nil, &e)
+		r.configDisabled = false
+		t.setState(r, now, ProbeAllowed, Operator, StageOperator, detail, nil, &e)
 		e.items = append(e.items, item{at: now, rec: r, epoch: r.epoch, kind: kindProbe})
 	}
 	r.mu.Unlock()

@@ -3,8 +3,8 @@ package health
 import (
 	"context"
 	"errors"
-	"net"
 	"fmt"
+	"net"
 	"testing"
 	"time"
 )
@@ -122,7 +122,7 @@ func TestTransitions(t *testing.T) {
 		},
 		{
 			name: "permanent_after counts probe failures", cfg: perm,
-			steps: []step{failAuth, step{"probe auth fails", func(_ *Tracker, _ *Record, up *pipeUpstream) { up.mode.Store(pipeRefuse) }}, wait(5 * time.Minute)},
+			steps:     []step{failAuth, step{"probe auth fails", func(_ *Tracker, _ *Record, up *pipeUpstream) { up.mode.Store(pipeRefuse) }}, wait(5 * time.Minute)},
 			wantState: Cooling, // refused on the probe is another class
 			wantHops: []hop{
 				{ProbeAllowed, Eligible, ClassNone, StageProbe}, {Eligible, Cooling, AuthRejected, StageProxyAuth},
@@ -372,5 +372,24 @@ func TestProbeAllowedToDisabled(t *testing.T) {
 	tr.Disable(r, "again") // no-op
 	if got := len(tr.Snapshot(r).History); got != 1 {
 		t.Errorf("disabling a disabled record recorded %d entries", got)
+	}
+}
+
+func TestAddAppliesConfigDisabled(t *testing.T) {
+	tr, _ := newFakeTracker(t, Config{StartEligible: true})
+	r := tr.Add("k", "up", nil, true)
+	if tr.Add("k", "up", nil, false); tr.Snapshot(r).State != ProbeAllowed {
+		t.Fatalf("config enable: %v", tr.Snapshot(r).State)
+	}
+	tr.Add("k", "up", nil, true)
+	if s := tr.Snapshot(r); s.State != Disabled || s.Detail != "disabled in config" {
+		t.Fatalf("config disable on reload: %+v", s)
+	}
+	// An operator's Disable survives a reload that does not disable.
+	r2 := tr.Add("k2", "up2", nil, false)
+	tr.Disable(r2, "operator")
+	tr.Add("k2", "up2", nil, false)
+	if got := tr.Snapshot(r2).State; got != Disabled {
+		t.Errorf("operator disable lost on reload: %v", got)
 	}
 }

@@ -110,14 +110,17 @@ func (t *Tracker) SetObserver(o Observer) {
 	t.observer.Store(&o)
 }
 
-// Version increments on every transition (including per-target cooldowns
-// and Restore). The state-file writer compares it to decide whether a
-// debounced write is due; it never decreases.
+// Version increments on every transition (including per-target cooldowns),
+// Add, Remove and Restore. The state-file writer compares it to decide
+// whether a debounced write is due; it never decreases.
 func (t *Tracker) Version() uint64 { return t.version.Load() }
 
 // Add returns the record for key, creating it when absent. An existing
 // record (a reload that kept the upstream) keeps its state, counters and
-// history; only its name and dialer are refreshed. New records start in
+// history; its name and dialer are refreshed, and a change of the config's
+// disabled flag is applied: disabled = true disables it (unless already
+// disabled), and disabled = false enables a record that the config had
+// disabled (an operator's Disable survives reloads). New records start in
 // probe_allowed (or eligible with Config.StartEligible), or disabled when
 // disabled is true. A new probe_allowed record is probed as soon as Run's
 // limits allow. key and name must already be free of credentials.
@@ -127,7 +130,14 @@ func (t *Tracker) Add(key, name string, d Dialer, disabled bool) *Record {
 		t.mu.Unlock()
 		r.mu.Lock()
 		r.name, r.dialer = name, d
+		wasConfig := r.configDisabled
 		r.mu.Unlock()
+		switch {
+		case disabled:
+			t.disable(r, "disabled in config", true)
+		case wasConfig:
+			t.enable(r, "enabled in config")
+		}
 		return r
 	}
 	r := newRecord(key, name, d, t.cfg.HistoryLen)
@@ -139,6 +149,7 @@ func (t *Tracker) Add(key, name string, d Dialer, disabled bool) *Record {
 	case disabled:
 		r.state.Store(uint32(Disabled))
 		r.reason, r.stage, r.detail = Operator, StageOperator, "disabled in config"
+		r.configDisabled = true
 	case t.cfg.StartEligible:
 		r.state.Store(uint32(Eligible))
 		e.wake = true

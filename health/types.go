@@ -50,6 +50,7 @@ var classNames = [...]string{
 	Operator:          "operator",
 }
 
+// String returns the contract string ("refused", ...).
 func (c Class) String() string {
 	if int(c) < len(classNames) {
 		return classNames[c]
@@ -115,6 +116,7 @@ var stageNames = [...]string{
 	StageOperator:       "operator",
 }
 
+// String returns the contract string ("proxy_handshake", ...).
 func (s Stage) String() string {
 	if int(s) < len(stageNames) {
 		return stageNames[s]
@@ -155,6 +157,7 @@ var stateNames = [...]string{
 	Disabled:     "disabled",
 }
 
+// String returns the contract string ("cooling", ...).
 func (s State) String() string {
 	if int(s) < len(stateNames) {
 		return stateNames[s]
@@ -190,6 +193,7 @@ type Failure struct {
 	Err    error // the cause; feeds the history "detail"
 }
 
+// Error returns "stage: class: cause".
 func (f *Failure) Error() string {
 	if f.Err == nil {
 		return f.Stage.String() + ": " + f.Class.String()
@@ -197,6 +201,7 @@ func (f *Failure) Error() string {
 	return f.Stage.String() + ": " + f.Class.String() + ": " + f.Err.Error()
 }
 
+// Unwrap returns the cause.
 func (f *Failure) Unwrap() error { return f.Err }
 
 // Clock is the time source. Deadlines are compared with values from Now

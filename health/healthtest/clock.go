@@ -1,5 +1,11 @@
 // Package healthtest provides test helpers for package health: a fake
 // clock whose timers fire only when the test advances it.
+//
+// The fake clock suits tests of state (Fail, Admit, Snapshot, Restore)
+// that do not run the prober. To test health.Tracker.Run, prefer a
+// testing/synctest bubble with the real clock (nil) and net.Pipe upstreams:
+// with this clock a test cannot tell whether Run has armed its timer
+// before the test calls Advance.
 package healthtest
 
 import (
