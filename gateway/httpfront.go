@@ -15,6 +15,7 @@ import (
 // http:// forwarding. Anything else is not a proxy request.
 func (s *Server) proxyHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer s.recoverConn("http", 0, nil)
 		params, ok := s.proxyAuth(w, r)
 		if !ok {
 			return
@@ -125,7 +126,7 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request, params use
 	}
 	s.tunnels.add(id, c, lease.Conn)
 	s.metrics.tunnelStart("http")
-	res := relay(c, lease.Conn, pending, cfg.SlowBody)
+	res := relay(c, lease.Conn, pending, cfg.SlowBody, cfg.TunnelIdleTimeout, s.stallReporter(lease, addr))
 	s.tunnels.remove(id)
 	s.finishLease(lease, addr, res)
 	s.logTunnel(id, "http", c, params.User, addr, lease, nil, res, start)

@@ -9,9 +9,11 @@ package gateway
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"log"
 	"net"
 	"net/http"
+	"runtime/debug"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -28,6 +30,17 @@ func (s *Server) finishLease(l *upstream.Lease, addr string, res relayResult) {
 	}
 	s.metrics.bytes(res.Up, res.Down)
 	l.Done()
+}
+
+// stallReporter returns the watchdog's callback for one tunnel: the
+// failure is recorded against the upstream at once and logged.
+func (s *Server) stallReporter(l *upstream.Lease, addr string) func(*health.Failure) {
+	return func(f *health.Failure) {
+		f.Target = upstream.Request{Addr: addr}.Host()
+		l.Fail(f)
+		s.log.Info().Str("upstream", l.Endpoint.Name).Str("target", addr).Str("class", f.Class.String()).
+			Str("stage", f.Stage.String()).Msg("tunnel stalled while the client waits")
+	}
 }
 
 // logTunnel writes the one summary line of a tunnel (SOCKS5 or CONNECT).
@@ -130,3 +143,23 @@ func httpErrorLog(l zerolog.Logger, name string) *log.Logger {
 type lineWriter func([]byte)
 
 func (w lineWriter) Write(p []byte) (int, error) { w(p); return len(p), nil }
+
+// recoverConn contains a panic to the one connection that caused it: it is
+// logged with its context and stack, the connection is closed, and every
+// other tunnel keeps running.
+func (s *Server) recoverConn(front string, id uint64, c net.Conn) {
+	v := recover()
+	if v == nil {
+		return
+	}
+	if v == http.ErrAbortHandler {
+		panic(v) // net/http's own signal to abort a response quietly
+	}
+	ev := s.log.Error().Str("listener", front).Uint64("conn_id", id).Str("panic", fmt.Sprint(v)).Bytes("stack", debug.Stack())
+	if c != nil {
+		ev = ev.Str("client", c.RemoteAddr().String())
+		_ = c.Close()
+	}
+	ev.Msg("connection handler panicked; connection closed")
+	s.metrics.tunnelDone(front, "panic")
+}

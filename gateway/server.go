@@ -74,11 +74,19 @@ func New(cfg *Config, opt Options) (*Server, error) {
 }
 
 func trackerConfig(cfg *Config) health.Config {
+	scope := func(s string) health.Scope {
+		if s == "target" {
+			return health.ScopeTarget
+		}
+		return health.ScopeUpstream
+	}
 	return health.Config{
-		Cooldown:      cfg.Cooldown,
-		Probe:         cfg.Probe,
-		SlowStart:     cfg.Pool.SlowStart,
-		StartEligible: cfg.Pool.StartEligible,
+		Cooldown:             cfg.Cooldown,
+		Probe:                cfg.Probe,
+		SlowStart:            cfg.Pool.SlowStart,
+		StartEligible:        cfg.Pool.StartEligible,
+		ScopeTargetHTTPError: scope(cfg.TargetHTTPError.Scope),
+		ScopeSlowBody:        scope(cfg.SlowBody.Scope),
 	}
 }
 

@@ -92,6 +92,7 @@ func (s *Server) refuseSOCKS(c net.Conn) {
 // tunnel between the raw connections.
 func (s *Server) serveSOCKS(c net.Conn) {
 	id := s.connID.Add(1)
+	defer s.recoverConn("socks5", id, c)
 	cfg := s.cfg.Load()
 	auth := s.auth.Load()
 	_ = c.SetDeadline(time.Now().Add(cfg.Listen.HandshakeTimeout))
@@ -158,7 +159,7 @@ func (s *Server) socksTunnel(id uint64, c net.Conn, pending []byte, params userP
 	_, _ = c.Write(socksReply(repSuccess, lease.Conn.LocalAddr()))
 	s.tunnels.add(id, c, lease.Conn)
 	s.metrics.tunnelStart("socks5")
-	res := relay(c, lease.Conn, pending, cfg.SlowBody)
+	res := relay(c, lease.Conn, pending, cfg.SlowBody, cfg.TunnelIdleTimeout, s.stallReporter(lease, addr))
 	s.tunnels.remove(id)
 	s.finishLease(lease, addr, res)
 	s.logTunnel(id, "socks5", c, params.User, addr, lease, nil, res, start)

@@ -28,17 +28,25 @@ const halfCloseLinger = 60 * time.Second
 var bufPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
 // relay copies bytes between client and up until both directions end, then
-// closes both exactly once. pending are client bytes already read (pipelined
+// closes both (closing twice is harmless; ownership ends here). pending are client bytes already read (pipelined
 // after the handshake) that must reach the upstream first.
 //
 // After each side's first chunk it hands over to io.Copy between the raw
 // connections, so Linux splice(2) moves the bulk without a user-space copy;
 // only the first read of each direction is done here, to time the first
 // byte for slow_body detection without a per-byte wrapper.
-func relay(client, up net.Conn, pending []byte, slow SlowBodyConfig) relayResult {
+//
+// report receives a slow-body failure the moment the watchdog sees it; a
+// first-byte failure is returned in the result.
+func relay(client, up net.Conn, pending []byte, slow SlowBodyConfig, idle time.Duration, report func(*health.Failure)) relayResult {
 	defer client.Close()
 	defer up.Close()
 	var res relayResult
+	wd := startWatchdog(client, up, slow.Stall, idle, report, func() {
+		_ = client.Close()
+		_ = up.Close()
+	})
+	defer wd.stop()
 	var wg sync.WaitGroup
 	var mu sync.Mutex // orders the first-byte deadline between the two directions
 	var gotFirst atomic.Bool

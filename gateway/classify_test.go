@@ -1,0 +1,167 @@
+package gateway
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/rotor-proxy/rotor/health"
+	"github.com/rotor-proxy/rotor/upstream/upstreamtest"
+)
+
+// TestClassifiedFailures drives one client request through a single fake
+// upstream in each fault mode and asserts the class and stage the record
+// stores, whether it cooled, and what the client was told (issue 4).
+func TestClassifiedFailures(t *testing.T) {
+	target := upstreamtest.NewTarget(t)
+	type want struct {
+		class   health.Class
+		stage   health.Stage
+		cools   bool
+		socks   byte // SOCKS5 reply on the SOCKS front (0: not checked)
+		status  int  // HTTP status on CONNECT (0: not checked)
+		xrotor  string
+		connect bool // check the CONNECT front rather than SOCKS
+	}
+	cases := []struct {
+		name  string
+		kind  string // socks5 | http
+		mode  upstreamtest.Mode
+		extra string // additional TOML
+		path  string
+		want  want
+	}{
+		{"socks5 refused", "socks5", upstreamtest.Mode{Fault: upstreamtest.Refuse}, "", "/ok",
+			want{class: health.Refused, stage: health.StageDial, cools: true, socks: repGeneralFailure}},
+		{"http refused", "http", upstreamtest.Mode{Fault: upstreamtest.Refuse}, "", "/ok",
+			want{class: health.Refused, stage: health.StageDial, cools: true, status: 502, xrotor: "refused; stage=dial", connect: true}},
+		{"socks5 handshake timeout", "socks5", upstreamtest.Mode{Fault: upstreamtest.BlackHole}, "", "/ok",
+			want{class: health.Timeout, stage: health.StageProxyHandshake, cools: true, socks: repGeneralFailure}},
+		{"http handshake timeout", "http", upstreamtest.Mode{Fault: upstreamtest.BlackHole}, "", "/ok",
+			want{class: health.Timeout, stage: health.StageProxyHandshake, cools: true, status: 502, connect: true}},
+		{"socks5 auth rejected", "socks5", upstreamtest.Mode{Fault: upstreamtest.RejectAuth}, "", "/ok",
+			want{class: health.AuthRejected, stage: health.StageProxyAuth, cools: true, socks: repGeneralFailure}},
+		{"socks5 no acceptable method", "socks5", upstreamtest.Mode{Fault: upstreamtest.NoAcceptableMethod}, "", "/ok",
+			want{class: health.AuthRejected, stage: health.StageProxyAuth, cools: true, socks: repGeneralFailure}},
+		{"http 407", "http", upstreamtest.Mode{Fault: upstreamtest.RejectAuth}, "", "/ok",
+			want{class: health.AuthRejected, stage: health.StageProxyAuth, cools: true, status: 502, xrotor: "auth_rejected; stage=proxy_auth", connect: true}},
+		{"socks5 garbage", "socks5", upstreamtest.Mode{Fault: upstreamtest.Garbage}, "", "/ok",
+			want{class: health.UpstreamError, stage: health.StageProxyHandshake, cools: true, socks: repGeneralFailure}},
+		{"http garbage", "http", upstreamtest.Mode{Fault: upstreamtest.Garbage}, "", "/ok",
+			want{class: health.UpstreamError, stage: health.StageProxyHandshake, cools: true, status: 502, connect: true}},
+		{"socks5 general failure", "socks5", upstreamtest.Mode{Fault: upstreamtest.Reply, Code: 1}, "", "/ok",
+			want{class: health.UpstreamError, cools: true, socks: repGeneralFailure}},
+		{"socks5 target refused", "socks5", upstreamtest.Mode{Fault: upstreamtest.Reply, Code: 5}, "", "/ok",
+			want{class: health.TargetUnreachable, stage: health.StageTargetConnect, cools: false, socks: repConnRefused}},
+		{"socks5 host unreachable", "socks5", upstreamtest.Mode{Fault: upstreamtest.Reply, Code: 4}, "", "/ok",
+			want{class: health.TargetUnreachable, stage: health.StageTargetConnect, cools: false, socks: repHostUnreachable}},
+		{"socks5 target timeout", "socks5", upstreamtest.Mode{Fault: upstreamtest.Reply, Code: 6}, "", "/ok",
+			want{class: health.TargetTimeout, stage: health.StageTargetConnect, cools: false, socks: repTTLExpired}},
+		{"squid target refused", "http", upstreamtest.Mode{Fault: upstreamtest.Reply, Code: 503, Header: http.Header{"X-Squid-Error": {"ERR_CONNECT_FAIL 111"}}}, "", "/ok",
+			want{class: health.TargetUnreachable, stage: health.StageTargetConnect, cools: false, status: 502, xrotor: "target_unreachable; stage=target_connect", connect: true}},
+		{"squid target timeout", "http", upstreamtest.Mode{Fault: upstreamtest.Reply, Code: 503, Header: http.Header{"X-Squid-Error": {"ERR_CONNECT_FAIL 110"}}}, "", "/ok",
+			want{class: health.TargetTimeout, stage: health.StageTargetConnect, cools: false, status: 504, connect: true}},
+		{"socks5 slow first byte", "socks5", upstreamtest.Mode{Fault: upstreamtest.Accept, FirstByteDelay: 3e9}, "[slow_body]\nfirst_byte = \"300ms\"\n", "/ok",
+			want{class: health.SlowBody, stage: health.StageFirstByte, cools: true}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var up *upstreamtest.Server
+			if tc.kind == "socks5" {
+				up = upstreamtest.NewSOCKS5(t, upstreamtest.Options{Username: "u", Password: "pw", Mode: tc.mode})
+			} else {
+				up = upstreamtest.NewHTTPProxy(t, upstreamtest.Options{Username: "u", Password: "pw", Mode: tc.mode})
+			}
+			conf := fmt.Sprintf("%s\n%s\n[pool]\nstart_eligible = true\nmax_attempts = 1\nwait_for_upstream = \"100ms\"\nhandshake_timeout = \"300ms\"\n[[upstream]]\nurl = %q\nname = \"up\"\n",
+				probeConf(target), tc.extra, up.URL().String())
+			srv, _ := startGateway(t, conf)
+			switch {
+			case tc.want.connect:
+				resp, err := httpGet(t, srv.Addr("http"), "", "", target.URL(tc.path), true)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if tc.want.status != 0 && resp.StatusCode != tc.want.status {
+					t.Errorf("CONNECT status = %d, want %d", resp.StatusCode, tc.want.status)
+				}
+				if got := resp.Header.Get("X-Rotor-Error"); !strings.HasPrefix(got, tc.want.xrotor) || !strings.Contains(got, "upstream=up") {
+					t.Errorf("X-Rotor-Error = %q, want prefix %q naming the upstream", got, tc.want.xrotor)
+				}
+			case tc.want.socks != 0:
+				if code := socksConnect(t, srv.Addr("socks5"), target.Addr()); code != tc.want.socks {
+					t.Errorf("SOCKS reply = %#x, want %#x", code, tc.want.socks)
+				}
+			default:
+				resp, err := socksGet(t, srv.Addr("socks5"), "", "", target.URL(tc.path))
+				if err == nil && resp.StatusCode == 200 {
+					t.Errorf("request succeeded despite %s", tc.name)
+				}
+			}
+			e := srv.Pool().Lookup("up")
+			snap := srv.Tracker().Snapshot(e.Record())
+			if snap.Failures[tc.want.class] == 0 {
+				t.Fatalf("failures = %v, want a %s", snap.Failures, tc.want.class)
+			}
+			if tc.want.stage != health.StageNone {
+				found := false
+				for _, c := range snap.Counts {
+					found = found || (c.Class == tc.want.class && c.Stage == tc.want.stage)
+				}
+				if !found {
+					t.Errorf("counts = %+v, want %s at %s", snap.Counts, tc.want.class, tc.want.stage)
+				}
+			}
+			if tc.want.cools {
+				if snap.State == health.Eligible {
+					t.Errorf("state = eligible, want cooled after %s", tc.want.class)
+				}
+				h := snap.History[len(snap.History)-1]
+				if h.To != health.Cooling || h.Reason != tc.want.class || (tc.want.stage != health.StageNone && h.Stage != tc.want.stage) {
+					t.Errorf("last transition = %+v, want to cooling for %s at %s", h, tc.want.class, tc.want.stage)
+				}
+				if h.Detail == "" || h.At.IsZero() {
+					t.Errorf("transition lacks detail or time: %+v", h)
+				}
+			} else if snap.State != health.Eligible {
+				t.Errorf("state = %v, want eligible: a target failure must not cool a healthy upstream", snap.State)
+			}
+		})
+	}
+}
+
+// TestPlainHTTPClassification covers the failures only plain-HTTP
+// forwarding can see: the target's status and a stalled body.
+func TestPlainHTTPClassification(t *testing.T) {
+	target := upstreamtest.NewTarget(t)
+	up := upstreamtest.NewSOCKS5(t, upstreamtest.Options{})
+	srv, _ := startGateway(t, fmt.Sprintf("%s\n[pool]\nstart_eligible = true\n[slow_body]\nstall = \"300ms\"\n[target_http_error]\nscope = \"upstream\"\n[[upstream]]\nurl = %q\nname = \"up\"\n",
+		probeConf(target), up.URL().String()))
+
+	resp, err := httpGet(t, srv.Addr("http"), "", "", target.URL("/status/429"), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != 429 || bodyOf(resp) != "status 429\n" {
+		t.Errorf("the target's 429 must reach the client unchanged, got %d", resp.StatusCode)
+	}
+	snap := srv.Tracker().Snapshot(srv.Pool().Lookup("up").Record())
+	if h := snap.History[len(snap.History)-1]; h.Reason != health.TargetHTTPError || h.Stage != health.StageHTTPStatus || h.To != health.Cooling {
+		t.Errorf("last transition = %+v, want target_http_error at http_status", h)
+	}
+}
+
+func TestPlainHTTPStalledBodyIsSlow(t *testing.T) {
+	target := upstreamtest.NewTarget(t)
+	up := upstreamtest.NewSOCKS5(t, upstreamtest.Options{})
+	srv, _ := startGateway(t, fmt.Sprintf("%s\n[pool]\nstart_eligible = true\n[slow_body]\nstall = \"300ms\"\n[[upstream]]\nurl = %q\nname = \"up\"\n",
+		probeConf(target), up.URL().String()))
+	resp, err := httpGet(t, srv.Addr("http"), "", "", target.URL("/stall/100"), false)
+	if err == nil && resp.StatusCode == 200 && len(bodyOf(resp)) == 101 {
+		t.Fatal("a stalled body was delivered complete")
+	}
+	snap := srv.Tracker().Snapshot(srv.Pool().Lookup("up").Record())
+	if h := snap.History[len(snap.History)-1]; h.Reason != health.SlowBody || h.Stage != health.StageBody {
+		t.Errorf("last transition = %+v, want slow_body at body", h)
+	}
+}

@@ -1,0 +1,166 @@
+package gateway
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rotor-proxy/rotor/health"
+	"github.com/rotor-proxy/rotor/upstream/upstreamtest"
+)
+
+// rawSOCKS sends a no-auth greeting, a CONNECT for addr and extra bytes in
+// ONE write, as optimistic clients do, and returns the conn after the reply.
+func rawSOCKS(t *testing.T, front, addr string, extra []byte) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	c, err := net.Dial("tcp", front)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	host, portStr, _ := net.SplitHostPort(addr)
+	var port int
+	fmt.Sscan(portStr, &port)
+	b := []byte{5, 1, 0, 5, 1, 0, 3, byte(len(host))}
+	b = append(b, host...)
+	b = append(b, byte(port>>8), byte(port))
+	b = append(b, extra...)
+	if _, err := c.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(c)
+	head := make([]byte, 2+10)
+	if _, err := io.ReadFull(br, head); err != nil {
+		t.Fatalf("reply: %v", err)
+	}
+	if head[3] != 0 {
+		t.Fatalf("SOCKS reply %#x", head[3])
+	}
+	return c, br
+}
+
+func TestSOCKSPipelinedDataReachesTarget(t *testing.T) {
+	target := upstreamtest.NewTarget(t)
+	srv, _ := startGateway(t, fmt.Sprintf("allow_private_destinations = true\n%s\n[pool]\nstart_eligible = true\n[[upstream]]\nurl = \"direct://\"\n", probeConf(target)))
+	get := "GET /ok HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+	_, br := rawSOCKS(t, srv.Addr("socks5"), target.Addr(), []byte(get))
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("pipelined request lost: %v", err)
+	}
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+}
+
+// stallTarget answers the first request with part of a body, then reads
+// whatever comes next and never answers again.
+func stallTarget(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	t.Cleanup(func() { close(done); ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				buf := make([]byte, 4096)
+				if _, err := c.Read(buf); err != nil {
+					return
+				}
+				_, _ = c.Write([]byte("HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\npartial"))
+				_, _ = io.Copy(io.Discard, c) // until the client side closes
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+func TestTunnelStallWhileClientWaitsIsSlowBody(t *testing.T) {
+	target := upstreamtest.NewTarget(t)
+	stall := stallTarget(t)
+	up := upstreamtest.NewSOCKS5(t, upstreamtest.Options{})
+	srv, logs := startGateway(t, fmt.Sprintf("%s\n[pool]\nstart_eligible = true\n[slow_body]\nstall = \"300ms\"\n[[upstream]]\nurl = %q\nname = \"up\"\n", probeConf(target), up.URL().String()))
+	c, br := rawSOCKS(t, srv.Addr("socks5"), stall, []byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n"))
+	buf := make([]byte, 7)
+	if _, err := io.ReadFull(br, buf); err != nil {
+		t.Fatal(err)
+	}
+	// Ask again: the client now waits and nothing comes back.
+	if _, err := c.Write([]byte("more?")); err != nil {
+		t.Fatal(err)
+	}
+	waitState(t, srv, "up", health.Cooling)
+	snap := srv.Tracker().Snapshot(srv.Pool().Lookup("up").Record())
+	if h := snap.History[len(snap.History)-1]; h.Reason != health.SlowBody || h.Stage != health.StageBody {
+		t.Errorf("last transition = %+v, want slow_body at body", h)
+	}
+	if !strings.Contains(logs.String(), "tunnel stalled while the client waits") {
+		t.Error("no log line for the stall")
+	}
+}
+
+func TestIdleTunnelKeptWhenNobodyWaits(t *testing.T) {
+	target := upstreamtest.NewTarget(t)
+	stall := stallTarget(t)
+	up := upstreamtest.NewSOCKS5(t, upstreamtest.Options{})
+	srv, _ := startGateway(t, fmt.Sprintf("%s\n[pool]\nstart_eligible = true\n[slow_body]\nstall = \"200ms\"\n[[upstream]]\nurl = %q\nname = \"up\"\n", probeConf(target), up.URL().String()))
+	_, br := rawSOCKS(t, srv.Addr("socks5"), stall, []byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n"))
+	buf := make([]byte, 7)
+	if _, err := io.ReadFull(br, buf); err != nil {
+		t.Fatal(err)
+	}
+	// The client asked nothing more: silence is not slowness.
+	time.Sleep(700 * time.Millisecond)
+	snap := srv.Tracker().Snapshot(srv.Pool().Lookup("up").Record())
+	if snap.State != health.Eligible || snap.Failures[health.SlowBody] != 0 {
+		t.Errorf("idle tunnel counted as slow: state %v failures %v", snap.State, snap.Failures)
+	}
+}
+
+func TestFailedTunnelLogLineCarriesClassAndStage(t *testing.T) {
+	target := upstreamtest.NewTarget(t)
+	srv, logs := startGateway(t, fmt.Sprintf("%s\n[pool]\nstart_eligible = true\nmax_attempts = 1\n[[upstream]]\nurl = \"socks5://u:canary-pw-9@%s\"\nname = \"dead\"\n", probeConf(target), upstreamtest.ClosedPort(t)))
+	socksConnect(t, srv.Addr("socks5"), target.Addr())
+	waitFor(t, func() bool { return strings.Contains(logs.String(), `"message":"tunnel closed"`) })
+	line := ""
+	for _, l := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(l, "tunnel closed") {
+			line = l
+		}
+	}
+	for _, want := range []string{`"class":"refused"`, `"stage":"dial"`, `"upstream":"dead"`, `"target":"` + target.Addr()} {
+		if !strings.Contains(line, want) {
+			t.Errorf("summary line %s lacks %s", line, want)
+		}
+	}
+	if strings.Contains(logs.String(), "canary-pw-9") {
+		t.Error("upstream password in logs")
+	}
+}
+
+// waitFor polls cond for up to 5s: for effects that have no signal to wait
+// on (a log line written after the client was answered).
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for i := 0; i < 500; i++ {
+		if cond() {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatal("condition not met within 5s")
+}

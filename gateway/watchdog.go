@@ -1,0 +1,137 @@
+package gateway
+
+import (
+	"errors"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/rotor-proxy/rotor/health"
+)
+
+// watchdog watches a spliced tunnel without touching its bytes: it samples
+// the kernel's per-socket receive counters (TCP_INFO: bytes received and
+// time since the last data arrived) on a timer, so the zero-copy path stays
+// free of per-byte wrappers. It detects
+//   - a stalled body: the response had started, then the client sent data
+//     and waited slow_body.stall with nothing back from the upstream side.
+//     It is reported at once and the tunnel is left to the client (a slow
+//     answer may still come; tearing down would only lose it). An idle
+//     keep-alive or websocket where nobody waits is not slow. A stall in
+//     the middle of a response to a request sent before the response began
+//     cannot be told apart from a finished response inside TLS, so it is
+//     only detected on plain-HTTP forwarding, where rotor parses responses;
+//   - an idle tunnel (tunnel_idle_timeout): no data either way.
+//
+// Timers run only while the tunnel is open; no goroutine waits between
+// checks (time.AfterFunc).
+type watchdog struct {
+	client, up  rxCounter
+	stall, idle time.Duration
+	tick        time.Duration
+	onStall     func(*health.Failure)
+	onIdle      func()
+	baseU       uint64 // upstream bytes when the tunnel started (handshake excluded)
+
+	mu       sync.Mutex // guards the fields below
+	timer    *time.Timer
+	finished bool
+	reported bool // one stall report per tunnel
+}
+
+// rxCounter reads a socket's receive counters.
+type rxCounter interface {
+	rx() (bytes uint64, sinceLast time.Duration, ok bool)
+}
+
+// startWatchdog returns nil when there is nothing to watch or the sockets
+// give no counters (not Linux, not TCP).
+func startWatchdog(client, up net.Conn, stall, idle time.Duration, onStall func(*health.Failure), onIdle func()) *watchdog {
+	if stall <= 0 && idle <= 0 {
+		return nil
+	}
+	cc, ok1 := counterOf(client)
+	uc, ok2 := counterOf(up)
+	if !ok1 || !ok2 {
+		return nil
+	}
+	bu, _, ok := uc.rx()
+	if !ok {
+		return nil
+	}
+	tick := stall
+	if idle > 0 && (tick <= 0 || idle < tick) {
+		tick = idle
+	}
+	tick /= 4
+	if tick < 50*time.Millisecond {
+		tick = 50 * time.Millisecond
+	}
+	w := &watchdog{client: cc, up: uc, stall: stall, idle: idle, tick: tick, onStall: onStall, onIdle: onIdle, baseU: bu}
+	w.mu.Lock()
+	w.timer = time.AfterFunc(tick, w.check)
+	w.mu.Unlock()
+	return w
+}
+
+func (w *watchdog) stop() {
+	if w == nil {
+		return
+	}
+	w.mu.Lock()
+	w.finished = true
+	if w.timer != nil {
+		w.timer.Stop()
+	}
+	w.mu.Unlock()
+}
+
+func (w *watchdog) check() {
+	_, cAgo, ok1 := w.client.rx()
+	u, uAgo, ok2 := w.up.rx()
+	w.mu.Lock()
+	if w.finished || !ok1 || !ok2 {
+		w.mu.Unlock()
+		return
+	}
+	// The client has been waiting for stall: its last data is that old and
+	// nothing came back since. (Measuring from the client's last send, not
+	// the upstream's, keeps a long upload from counting as a stall.)
+	stalled := w.stall > 0 && u != w.baseU && cAgo < uAgo && cAgo >= w.stall
+	idle := w.idle > 0 && cAgo >= w.idle && uAgo >= w.idle
+	if idle {
+		w.finished = true
+	} else if !stalled || !w.reported {
+		w.timer.Reset(w.tick)
+	}
+	if stalled {
+		if w.reported {
+			stalled = false
+		}
+		w.reported = true
+	}
+	w.mu.Unlock()
+	switch {
+	case stalled:
+		w.onStall(&health.Failure{Class: health.SlowBody, Stage: health.StageBody,
+			Err: errors.New("upstream side silent for slow_body.stall while the client waits")})
+	case idle:
+		w.onIdle()
+	}
+}
+
+// counterOf finds the TCP socket under c (through TLS and rotor's own
+// buffered wrappers).
+func counterOf(c net.Conn) (rxCounter, bool) {
+	for i := 0; i < 4 && c != nil; i++ {
+		if tc, ok := c.(*net.TCPConn); ok {
+			return tcpCounter{tc}, true
+		}
+		nc, ok := c.(interface{ NetConn() net.Conn })
+		if !ok {
+			return nil, false
+		}
+		c = nc.NetConn()
+	}
+	return nil, false
+}
