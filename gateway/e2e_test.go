@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"strings"
@@ -79,6 +80,33 @@ func TestFrontsReachTargetThroughEachUpstreamKind(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestHTTPSUpstream(t *testing.T) {
+	target := upstreamtest.NewTarget(t)
+	up := upstreamtest.NewHTTPProxy(t, upstreamtest.Options{Username: "u", Password: "p", TLS: true})
+	cfg, err := ParseConfig("t.toml", []byte(fmt.Sprintf("%s\n[[upstream]]\nurl = %q\nname = \"tls\"\n[listen]\nsocks5 = \"127.0.0.1:0\"\nhttp = \"127.0.0.1:0\"\nadmin = \"\"\n", probeConf(target), up.URL().String())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := New(cfg, Options{UpstreamTLS: up.ClientTLS()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
+	waitState(t, srv, "tls", health.Eligible)
+	for _, tunnel := range []bool{false, true} {
+		resp, err := httpGet(t, srv.Addr("http"), "", "", target.URL("/ok"), tunnel)
+		if err != nil || resp.StatusCode != 200 || resp.Header.Get("X-Rotor-Upstream") != "tls" {
+			t.Fatalf("tunnel=%v: %v %v", tunnel, resp, err)
+		}
+	}
+	if resp, err := socksGet(t, srv.Addr("socks5"), "", "", target.URL("/ok")); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("socks5 via https upstream: %v %v", resp, err)
 	}
 }
 

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -48,6 +49,9 @@ type Server struct {
 type Options struct {
 	Log   zerolog.Logger
 	Clock health.Clock // nil: real time
+	// UpstreamTLS is the client TLS config for https:// upstream proxies;
+	// nil means the system roots.
+	UpstreamTLS *tls.Config
 }
 
 // New builds a server from cfg. It does not listen yet.
@@ -59,7 +63,7 @@ func New(cfg *Config, opt Options) (*Server, error) {
 	s := &Server{log: opt.Log, clock: clock, listeners: map[string]net.Listener{}}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.tr = health.NewTracker(trackerConfig(cfg), clock, opt.Log)
-	dial := upstream.DialConfig{AllowPrivate: cfg.AllowPrivateDestinations}
+	dial := upstream.DialConfig{AllowPrivate: cfg.AllowPrivateDestinations, TLS: opt.UpstreamTLS}
 	pool, err := upstream.NewPool(cfg.Pool, dial, s.tr, clock, opt.Log)
 	if err != nil {
 		return nil, err
