@@ -51,7 +51,7 @@ func TestFailures(t *testing.T) {
 
 			// A client's request meets the wrong password: the upstream starts
 			// eligible (pool.start_eligible) so the client path classifies it.
-			t.Run("wrong_password/auth_rejected", func(t *testing.T) {
+			t.Run("wrong_password/front=socks5/auth_rejected", func(t *testing.T) {
 				caseT(t)
 				tg := newTarget(t)
 				r := startRotor(t, rotorOpts{
@@ -72,6 +72,28 @@ func TestFailures(t *testing.T) {
 				if rec.State == "eligible" {
 					t.Errorf("state = eligible after auth_rejected: %s", rec)
 				}
+			})
+
+			// The same through the plain HTTP front: tinyproxy answers a
+			// forwarded GET with 401 (not 407), which must still read as the
+			// proxy rejecting rotor, not as the target's 401.
+			t.Run("wrong_password/front=http/auth_rejected", func(t *testing.T) {
+				caseT(t)
+				tg := newTarget(t)
+				r := startRotor(t, rotorOpts{
+					Upstreams: []rotorUpstream{{Name: k.Kind, URL: u.URL(wrongPass)}},
+					PoolExtra: "start_eligible = true\n",
+					NoWait:    true,
+				})
+				res := proxyRequest(t, r.HTTP, "GET",
+					fmt.Sprintf("GET %s/auth HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", tg.URL, tg.Addr))
+				t.Logf("client saw %s X-Rotor-Error %q", res.Resp.Status, res.Resp.Header.Get("X-Rotor-Error"))
+				if res.Resp.StatusCode == 200 {
+					t.Errorf("GET through an upstream with a wrong password succeeded")
+				}
+				r.waitRecord(t, k.Kind, 5*time.Second, "auth_rejected at proxy_auth", func(rec record) bool {
+					return cooledFor(rec, "auth_rejected", "proxy_auth")
+				})
 			})
 
 			t.Run("upstream_killed/refused", func(t *testing.T) {
@@ -106,6 +128,7 @@ func TestFailures(t *testing.T) {
 				// dante and microsocks say REP 5 themselves; squid's 503
 				// ERR_CONNECT_FAIL 111 and tinyproxy's 500 are target failures
 				// too and must come back as one (3, 4 or 5), not as 1.
+				t.Logf("client saw SOCKS reply %d", rep.Rep)
 				switch {
 				case u.Scheme == "socks5" && rep.Rep != 5:
 					t.Errorf("SOCKS reply = %d (%v), want 5 (connection refused, relayed)", rep.Rep, rep.Err)
@@ -124,6 +147,23 @@ func TestFailures(t *testing.T) {
 				code := res.Resp.StatusCode
 				if code != 502 && code != 503 && code != 504 {
 					t.Errorf("CONNECT to a closed target port: %s, want 502/503/504", res.Resp.Status)
+				}
+				if res.Resp.Header.Get("X-Rotor-Error") == "" {
+					t.Errorf("no X-Rotor-Error on the failure (headers %v)", res.Resp.Header)
+				}
+				t.Logf("client saw %s X-Rotor-Error %q", res.Resp.Status, res.Resp.Header.Get("X-Rotor-Error"))
+				assertNotCooled(t, r, k.Kind)
+			})
+
+			t.Run("target_closed/front=http", func(t *testing.T) {
+				caseT(t)
+				_, r := start(t, u.Pass)
+				closed := hostPort(freePort(t))
+				res := proxyRequest(t, r.HTTP, "GET",
+					fmt.Sprintf("GET http://%s/ HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", closed, closed))
+				code := res.Resp.StatusCode
+				if code != 502 && code != 503 && code != 504 {
+					t.Errorf("GET to a closed target port: %s, want 502/503/504", res.Resp.Status)
 				}
 				if res.Resp.Header.Get("X-Rotor-Error") == "" {
 					t.Errorf("no X-Rotor-Error on the failure (headers %v)", res.Resp.Header)

@@ -74,18 +74,36 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// begin skips t unless the suite is enabled. Every test calls it first.
+// begin skips t unless the suite is enabled. Every test and every group of
+// cases calls it first. A group that fails with no failed case under it (its
+// setup failed) is counted as one failed case, so the summary never hides it.
 func begin(t *testing.T) {
 	t.Helper()
 	if !enabled {
 		t.Skip(skipLine)
 	}
+	name := t.Name()
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		results.mu.Lock()
+		defer results.mu.Unlock()
+		for _, f := range results.failed {
+			if strings.HasPrefix(f, name+"/") {
+				return
+			}
+		}
+		results.failed = append(results.failed, name+" (setup)")
+	})
 }
 
 // caseT marks t as one counted case of the summary line.
 func caseT(t *testing.T) {
 	t.Helper()
-	begin(t)
+	if !enabled {
+		t.Skip(skipLine)
+	}
 	name := t.Name()
 	t.Cleanup(func() {
 		results.mu.Lock()
@@ -259,6 +277,31 @@ func (p *proc) stop() {
 	})
 }
 
+// stopLeader sends SIGTERM to p's PID only (not its group) and reports
+// whether the whole process group was gone within d: servers that fork
+// helpers must take them down themselves.
+func (p *proc) stopLeader(d time.Duration) (exitErr error, groupGone bool) {
+	pid := p.cmd.Process.Pid
+	p.once.Do(func() {
+		_ = syscall.Kill(pid, syscall.SIGTERM)
+		select {
+		case <-p.done:
+		case <-time.After(d):
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			<-p.done
+		}
+	})
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if err := syscall.Kill(-pid, 0); errors.Is(err, syscall.ESRCH) {
+			return p.err, true
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	_ = syscall.Kill(-pid, syscall.SIGKILL) // leftovers: ours, by group id
+	return p.err, false
+}
+
 // kill stops p at once with SIGKILL to its group (a crashed upstream).
 func (p *proc) kill() {
 	p.once.Do(func() {
@@ -342,8 +385,8 @@ func rotorBinary(t *testing.T) string {
 type rotorOpts struct {
 	Upstreams []rotorUpstream
 	ProbeURL  string
-	// Cooldown is the base/max for every class except refused, which always
-	// uses 1s/2s so recovery is quick.
+	// Cooldown is the base/max for every class except refused and timeout,
+	// which always use 1s/2s.
 	CooldownBase, CooldownMax string
 	Extra                     string // more TOML appended verbatim
 	PoolExtra                 string // more keys for the [pool] table
@@ -381,10 +424,15 @@ func startRotor(t *testing.T, o rotorOpts) *rotor {
 	fmt.Fprintf(&b, "[listen]\nsocks5 = %q\nhttp = %q\nadmin = %q\n\n", r.SOCKS, r.HTTP, r.Admin)
 	fmt.Fprintf(&b, "[pool]\nstrategy = \"round-robin\"\nmax_attempts = 3\nwait_for_upstream = \"2s\"\n%s\n", o.PoolExtra)
 	if o.ProbeURL != "" {
-		fmt.Fprintf(&b, "[probe]\nurl = %q\nexpect_status = [200]\ntimeout = \"3s\"\n\n", o.ProbeURL)
+		fmt.Fprintf(&b, "[probe]\nurl = %q\nexpect_status = [200]\ntimeout = \"5s\"\n\n", o.ProbeURL)
 	}
-	fmt.Fprintf(&b, "[cooldown.refused]\nbase = \"1s\"\nmax = \"2s\"\n\n")
-	for _, class := range []string{"timeout", "auth_rejected", "upstream_error", "slow_body", "target_http_error"} {
+	// refused and timeout cool briefly: recovery is quick, and a real
+	// upstream that is slow once on a loaded machine (dante's password check
+	// has been seen to take 5s) comes back at the next probe.
+	for _, class := range []string{"refused", "timeout"} {
+		fmt.Fprintf(&b, "[cooldown.%s]\nbase = \"1s\"\nmax = \"2s\"\n\n", class)
+	}
+	for _, class := range []string{"auth_rejected", "upstream_error", "slow_body", "target_http_error"} {
 		fmt.Fprintf(&b, "[cooldown.%s]\nbase = %q\nmax = %q\n\n", class, o.CooldownBase, o.CooldownMax)
 	}
 	fmt.Fprintf(&b, "[slow_body]\nfirst_byte = \"1s\"\nstall = \"1s\"\n\n")
@@ -398,6 +446,14 @@ func startRotor(t *testing.T, o rotorOpts) *rotor {
 		t.Fatal(err)
 	}
 	r.p = startProc(t, "rotor", dir, bin, "-config", r.Config, "-log-format", "console")
+	t.Cleanup(func() {
+		// CONTRACT: SIGTERM drains and exits 0 (shutdown_grace is 1s here).
+		// TestShutdown asserts it; here it is only worth a note.
+		r.p.stop()
+		if err := r.p.waitErr(); err != nil {
+			t.Logf("note: rotor did not exit 0 on SIGTERM: %v", err)
+		}
+	})
 	for _, a := range []string{r.SOCKS, r.HTTP, r.Admin} {
 		waitAccept(t, r.p, a, 10*time.Second)
 	}
@@ -408,7 +464,7 @@ func startRotor(t *testing.T, o rotorOpts) *rotor {
 	})
 	if !o.NoWait {
 		for _, u := range o.Upstreams {
-			r.waitRecord(t, u.Name, 10*time.Second, "eligible after rotor's first probe", func(rec record) bool {
+			r.waitRecord(t, u.Name, 20*time.Second, "eligible after rotor's first probe", func(rec record) bool {
 				return rec.State == "eligible"
 			})
 		}
@@ -549,6 +605,11 @@ func run(t *testing.T, timeout time.Duration, env []string, argv ...string) (str
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 2 * time.Second
 	err := cmd.Run()
+	if cmd.Process != nil {
+		// Helpers the client left behind (Chromium's zygote and renderers)
+		// are in its process group, which is ours.
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	}
 	if ctx.Err() != nil {
 		err = fmt.Errorf("timed out after %v: %w", timeout, err)
 	}

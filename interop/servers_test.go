@@ -34,15 +34,6 @@ var kinds = []struct {
 	{"tinyproxy", "http", "127.0.0.5"},
 }
 
-func exitIP(kind string) string {
-	for _, k := range kinds {
-		if k.Kind == kind {
-			return k.ExitIP
-		}
-	}
-	panic("unknown kind " + kind)
-}
-
 func b64(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
 
 // upstreamSrv is one private instance of a real proxy server.

@@ -32,9 +32,16 @@ func TestSignals(t *testing.T) {
 			} else {
 				httpSignals(t, u, tg, closed)
 			}
+			t.Run("sigterm_to_pid_stops_all", func(t *testing.T) {
+				caseT(t)
+				exitErr, gone := u.p.stopLeader(5 * time.Second)
+				if !gone {
+					t.Errorf("SIGTERM to %s's PID left processes in its group", u.Kind)
+				}
+				t.Logf("%s exit: %v", u.Kind, exitErr)
+			})
 			t.Run("proxy_port_closed", func(t *testing.T) {
 				caseT(t)
-				u.stop()
 				_, err := net.DialTimeout("tcp", u.Addr, 2*time.Second)
 				if !errors.Is(err, syscall.ECONNREFUSED) {
 					t.Errorf("dial stopped %s: got %v, want ECONNREFUSED", u.Kind, err)
