@@ -135,6 +135,9 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 		}
 		setBody()
 		resp, err := s.transport(e, cfg).RoundTrip(out)
+		if err != nil {
+			err = classifyForwardErr(err, host)
+		}
 		if err == nil {
 			if f := classifyProxyResponse(e, resp); f != nil {
 				_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
@@ -179,6 +182,28 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 		s.logForward(id, r, params.User, e, att, nil, n, start)
 		return
 	}
+}
+
+// classifyForwardErr classifies a RoundTrip error. Errors from rotor's own
+// dialers already carry class and stage (dial, proxy handshake, auth,
+// target connect). Anything else happened after the request was written:
+// no response headers within slow_body.first_byte is slow_body at
+// first_byte; the connection ending before any response is blamed on the
+// target (a healthy proxy relays a target that hangs up as exactly that),
+// so it does not cool the upstream on its own.
+func classifyForwardErr(err error, host string) error {
+	var f *health.Failure
+	if errors.As(err, &f) {
+		return err
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return &health.Failure{Class: health.SlowBody, Stage: health.StageFirstByte, Target: host, Err: err}
+	}
+	if upstream.IsCanceled(err) {
+		return err
+	}
+	return &health.Failure{Class: health.TargetUnreachable, Stage: health.StageFirstByte, Target: host, Err: err}
 }
 
 // beforeRequest reports whether err happened before any byte of the request

@@ -99,7 +99,10 @@ func TestTunnelStallWhileClientWaitsIsSlowBody(t *testing.T) {
 	if _, err := io.ReadFull(br, buf); err != nil {
 		t.Fatal(err)
 	}
-	// Ask again: the client now waits and nothing comes back.
+	// Ask again: the client now waits and nothing comes back. (The kernel
+	// stamps arrivals in jiffies; 20ms keeps the two arrivals apart, as a
+	// real client's think time does.)
+	time.Sleep(20 * time.Millisecond)
 	if _, err := c.Write([]byte("more?")); err != nil {
 		t.Fatal(err)
 	}

@@ -154,3 +154,43 @@ func reasonPhrase(status string) string {
 	_, r, _ := strings.Cut(status, " ")
 	return r
 }
+
+// TargetReplyCode returns the SOCKS5 reply code (RFC 1928 §6) that tells a
+// client why its target could not be reached, when err is a target failure
+// (class target_unreachable or target_timeout); ok is false otherwise, and
+// the SOCKS front then answers from the failure class instead. A SOCKS5
+// upstream's own code is relayed as is; the other signals are translated:
+//
+//	destination forbidden by policy                      2 not allowed by ruleset
+//	ECONNREFUSED (direct), squid ERR_CONNECT_FAIL 111,
+//	tinyproxy 500 Unable to connect                      5 connection refused
+//	ENETUNREACH (direct)                                 3 network unreachable
+//	target_timeout                                       6 TTL expired
+//	other target_unreachable (DNS, no route, …)          4 host unreachable
+func TargetReplyCode(err error) (code byte, ok bool) {
+	f := Classify(err, health.StageTargetConnect)
+	if f == nil || !f.Class.IsTargetFailure() {
+		return 0, false
+	}
+	var (
+		re *ReplyError
+		ce *ConnectStatusError
+	)
+	switch {
+	case errors.As(err, &re):
+		return re.Code, true
+	case f.Class == health.TargetTimeout:
+		return 6, true
+	case errors.Is(err, ErrDestinationForbidden):
+		return 2, true
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return 5, true
+	case errors.Is(err, syscall.ENETUNREACH):
+		return 3, true
+	case errors.As(err, &ce):
+		if ce.StatusCode == 500 || strings.TrimSpace(strings.TrimPrefix(ce.SquidError, "ERR_CONNECT_FAIL")) == "111" {
+			return 5, true
+		}
+	}
+	return 4, true
+}

@@ -107,3 +107,44 @@ func TestIsCanceled(t *testing.T) {
 		}
 	}
 }
+
+func TestTargetReplyCode(t *testing.T) {
+	fail := func(c health.Class, err error) error {
+		return &health.Failure{Class: c, Stage: health.StageTargetConnect, Err: err}
+	}
+	sysErr := func(e error) error {
+		return &net.OpError{Op: "dial", Err: &os.SyscallError{Syscall: "connect", Err: e}}
+	}
+	tests := []struct {
+		name   string
+		err    error
+		code   byte
+		wantOK bool
+	}{
+		{"socks rep 5", &ReplyError{Code: 5}, 5, true},
+		{"socks rep 3", &ReplyError{Code: 3}, 3, true},
+		{"socks rep 6", &ReplyError{Code: 6}, 6, true},
+		{"socks rep 1 is the proxy's", &ReplyError{Code: 1}, 0, false},
+		{"squid 111", &ConnectStatusError{StatusCode: 503, SquidError: "ERR_CONNECT_FAIL 111"}, 5, true},
+		{"squid 110", &ConnectStatusError{StatusCode: 503, SquidError: "ERR_CONNECT_FAIL 110"}, 6, true},
+		{"squid dns", &ConnectStatusError{StatusCode: 503, SquidError: "ERR_DNS_FAIL 0"}, 4, true},
+		{"tinyproxy", &ConnectStatusError{StatusCode: 500, Status: "500 Unable to connect"}, 5, true},
+		{"504", &ConnectStatusError{StatusCode: 504, Status: "504 Gateway Timeout"}, 6, true},
+		{"407", &ConnectStatusError{StatusCode: 407}, 0, false},
+		{"direct refused", fail(health.TargetUnreachable, sysErr(syscall.ECONNREFUSED)), 5, true},
+		{"direct net unreachable", fail(health.TargetUnreachable, sysErr(syscall.ENETUNREACH)), 3, true},
+		{"direct timeout", fail(health.TargetTimeout, context.DeadlineExceeded), 6, true},
+		{"direct forbidden", fail(health.TargetUnreachable, fmt.Errorf("%w: x", ErrDestinationForbidden)), 2, true},
+		{"direct dns", fail(health.TargetUnreachable, &net.DNSError{IsNotFound: true}), 4, true},
+		{"proxy refused", fail(health.Refused, sysErr(syscall.ECONNREFUSED)), 0, false},
+		{"nil", nil, 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, ok := TargetReplyCode(tt.err)
+			if code != tt.code || ok != tt.wantOK {
+				t.Fatalf("TargetReplyCode = %d, %v; want %d, %v", code, ok, tt.code, tt.wantOK)
+			}
+		})
+	}
+}

@@ -160,13 +160,11 @@ func readConnectResponse(r io.Reader, secrets ...string) (over []byte, err error
 		}
 	}
 	if n := br.Buffered(); n > 0 {
-		over = make([]byte, n)
-		copy(over, must(br.Peek(n)))
+		p, _ := br.Peek(n) // cannot fail: n bytes are buffered
+		over = append([]byte(nil), p...)
 	}
 	return over, nil
 }
-
-func must(b []byte, _ error) []byte { return b }
 
 // sanitize bounds and cleans peer-controlled text before it goes into an
 // error string (logs, admin API history), and removes secrets from it.

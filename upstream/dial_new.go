@@ -93,6 +93,8 @@ func NewDialer(u *url.URL, cfg DialConfig) (proxy.ContextDialer, error) {
 		if tc.ServerName == "" {
 			tc.ServerName = pd.host
 		}
+		// CONNECT is spoken in HTTP/1.1: never let ALPN pick h2.
+		tc.NextProtos = []string{"http/1.1"}
 		return &connectDialer{proxyDialer: pd, tls: tc}, nil
 	default:
 		return &connectDialer{proxyDialer: pd}, nil

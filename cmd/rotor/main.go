@@ -69,6 +69,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return healthz(cfg, stderr)
 	}
 
+	// Signals are caught before the listeners open, so a SIGTERM that
+	// arrives as soon as the ports accept still drains and exits 0.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+
 	srv, err := gateway.New(cfg, gateway.Options{Log: log})
 	if err != nil {
 		log.Error().Err(err).Msg("start failed")
@@ -80,8 +88,6 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	log.Info().Str("version", version).Str("config", displayPath(cfg)).Msg("rotor started")
 
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
 	reload := func() {
 		if cfg.Path() == "" {
 			return
@@ -95,9 +101,6 @@ func run(args []string, stdout, stderr io.Writer) int {
 			log.Error().Str("err", err.Error()).Msg("reload rejected: keeping the running config")
 		}
 	}
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
 	changes := gateway.WatchFiles(ctx, cfg, log)
 	for {
 		select {
