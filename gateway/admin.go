@@ -53,33 +53,30 @@ func (s *Server) adminHandler() http.Handler {
 	// Method-less patterns catch what the ones above refuse by method, so
 	// that a 405 carries a JSON body as well as the Allow header.
 	for path, allow := range map[string]string{
-		"/healthz":                       "GET, HEAD",
-		"/metrics":                       "GET, HEAD",
-		"/{$}":                           "GET, HEAD",
-		"/api/status":                    "GET, HEAD",
-		"/api/upstreams":                 "GET, HEAD",
-		"/api/upstreams/{name}":          "GET, HEAD",
-		"/api/upstreams/{name}/disable":  "POST",
-		"/api/upstreams/{name}/enable":   "POST",
-		"/api/upstreams/{name}/report":   "POST",
-		"/api/upstreams/{name}/{action}": "",
+		"/healthz":                      "GET, HEAD",
+		"/metrics":                      "GET, HEAD",
+		"/{$}":                          "GET, HEAD",
+		"/api/status":                   "GET, HEAD",
+		"/api/upstreams":                "GET, HEAD",
+		"/api/upstreams/{name}":         "GET, HEAD",
+		"/api/upstreams/{name}/disable": "POST",
+		"/api/upstreams/{name}/enable":  "POST",
+		"/api/upstreams/{name}/report":  "POST",
 	} {
 		mux.HandleFunc(path, methodNotAllowed(allow))
 	}
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, "not found: "+r.URL.Path)
-	})
+	mux.HandleFunc("/", notFound)
 	return s.requireToken(mux)
 }
 
-// methodNotAllowed answers 405 naming the allowed methods; with allow
-// empty the path itself is unknown (404).
+// notFound answers 404 with a JSON error.
+func notFound(w http.ResponseWriter, r *http.Request) {
+	writeError(w, http.StatusNotFound, "not found: "+r.URL.Path)
+}
+
+// methodNotAllowed answers 405 naming the allowed methods.
 func methodNotAllowed(allow string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if allow == "" {
-			writeError(w, http.StatusNotFound, "not found: "+r.URL.Path)
-			return
-		}
 		w.Header().Set("Allow", allow)
 		writeError(w, http.StatusMethodNotAllowed, "method "+r.Method+" not allowed; use "+allow)
 	}
@@ -448,38 +445,6 @@ func timePtr(t time.Time) *string {
 
 // formatTime is RFC 3339 in UTC, the contract's time format.
 func formatTime(t time.Time) string { return t.UTC().Format(time.RFC3339) }
-
-// statusJSON is GET /api/status: totals and records in one answer, for the
-// status page's refresh.
-type statusJSON struct {
-	Now       string         `json:"now"`
-	States    map[string]int `json:"states"`
-	Waiting   int64          `json:"waiting"`
-	Tunnels   int            `json:"tunnels"`
-	Upstreams []upstreamJSON `json:"upstreams"`
-}
-
-func (s *Server) status() statusJSON {
-	ups := s.records()
-	st := statusJSON{
-		Now:       s.clock.Now().UTC().Format(time.RFC3339Nano),
-		States:    map[string]int{},
-		Waiting:   s.pool.Waiting(),
-		Tunnels:   s.tunnels.count(),
-		Upstreams: ups,
-	}
-	for _, state := range health.AllStates() {
-		st.States[state.String()] = 0
-	}
-	for _, u := range ups {
-		st.States[u.State]++
-	}
-	return st
-}
-
-func (s *Server) serveAPIStatus(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, s.status())
-}
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
 	b, err := json.MarshalIndent(v, "", "  ")

@@ -99,6 +99,12 @@ func TestClassifiedFailures(t *testing.T) {
 				}
 			}
 			e := srv.Pool().Lookup("up")
+			if tc.want.cools {
+				// A failure seen after the client was answered (slow body)
+				// is reported when the relay ends, just after the client
+				// sees the connection close.
+				waitState(t, srv, "up", health.Cooling)
+			}
 			snap := srv.Tracker().Snapshot(e.Record())
 			if snap.Failures[tc.want.class] == 0 {
 				t.Fatalf("failures = %v, want a %s", snap.Failures, tc.want.class)

@@ -266,7 +266,8 @@ func (s *Server) writeResponse(w http.ResponseWriter, resp *http.Response, e *up
 // requests in absolute form (many proxies refuse CONNECT to port 80);
 // the others carry them through a tunnel from e's dialer.
 func (s *Server) transport(e *upstream.Endpoint, cfg *Config) http.RoundTripper {
-	if t, ok := s.transports.Load(e); ok {
+	key := transportKey(e)
+	if t, ok := s.transports.Load(key); ok {
 		return t.(http.RoundTripper)
 	}
 	t := &http.Transport{
@@ -293,8 +294,29 @@ func (s *Server) transport(e *upstream.Endpoint, cfg *Config) http.RoundTripper 
 			return c, nil
 		}
 	}
-	actual, _ := s.transports.LoadOrStore(e, t)
+	actual, _ := s.transports.LoadOrStore(key, t)
 	return actual.(http.RoundTripper)
+}
+
+// transportKey identifies an endpoint's transport across reloads: the full
+// URL (credentials included, so a changed password gets a new transport).
+// It never leaves the process.
+func transportKey(e *upstream.Endpoint) string { return e.URL.String() }
+
+// pruneTransports drops the transports of endpoints no longer in the pool
+// and closes their idle connections.
+func (s *Server) pruneTransports() {
+	live := map[string]bool{}
+	for _, e := range s.pool.Endpoints() {
+		live[transportKey(e)] = true
+	}
+	s.transports.Range(func(k, v any) bool {
+		if !live[k.(string)] {
+			s.transports.Delete(k)
+			v.(*http.Transport).CloseIdleConnections()
+		}
+		return true
+	})
 }
 
 // classifyProxyResponse recognises answers that come from an http upstream

@@ -124,10 +124,12 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request, params use
 		lease.Done()
 		return
 	}
+	s.metrics.dialLatency(lease.Setup)
 	s.tunnels.add(id, c, lease.Conn)
 	s.metrics.tunnelStart("http")
 	res := relay(c, lease.Conn, pending, cfg.SlowBody, cfg.TunnelIdleTimeout, s.stallReporter(lease, addr))
 	s.tunnels.remove(id)
+	s.metrics.tunnelEnd("http")
 	s.finishLease(lease, addr, res)
 	s.logTunnel(id, "http", c, params.User, addr, lease, nil, res, start)
 }

@@ -1,9 +1,267 @@
 package gateway
 
-// metrics is a placeholder until the Prometheus exposition lands.
-type metrics struct{ s *Server }
+// Prometheus exposition (GET /metrics on the admin listener). Metric and
+// label names are part of the contract (CONTRACT.md, "Admin API"); more
+// metrics are welcome, none renamed. Labels never carry credentials: an
+// upstream is labelled by its display name.
+//
+// Health counters (failures by class and stage, successes, probes, records
+// per state) are read from the tracker at scrape time by poolCollector, so
+// there is one set of books, the tracker's. Data-path events the tracker
+// does not see (tunnels, bytes, dial latency) are counted here as they
+// happen.
 
-func newMetrics(s *Server) *metrics                 { return &metrics{s: s} }
-func (m *metrics) tunnelStart(front string)         {}
-func (m *metrics) tunnelDone(front, outcome string) {}
-func (m *metrics) bytes(up, down int64)             {}
+import (
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/rotor-proxy/rotor/health"
+)
+
+// metrics is the Server's instrumentation: a registry of its own (never
+// the global default one, so that several Servers in one process, as in
+// tests, do not collide) and the tracker observer, which also wakes the
+// state-file writer.
+type metrics struct {
+	s   *Server
+	reg *prometheus.Registry
+
+	tunnelsActive *prometheus.GaugeVec
+	tunnelsTotal  *prometheus.CounterVec
+	bytesTotal    *prometheus.CounterVec
+	dialSeconds   prometheus.Histogram
+	probeSeconds  *prometheus.HistogramVec
+	transitions   *prometheus.CounterVec
+	targetCools   *prometheus.CounterVec
+
+	// persist is the state_file writer (statefile.go). It lives here
+	// because the tracker has one observer slot and this is its holder.
+	persist stateFile
+}
+
+// latencyBuckets suit proxy handshakes: a few ms on a LAN to seconds
+// through a slow residential exit.
+var latencyBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
+
+// newMetrics builds s's registry and installs the tracker observer. It is
+// called from New once s.tr and s.pool exist and before any upstream is
+// added, so no transition goes unseen.
+func newMetrics(s *Server) *metrics {
+	m := &metrics{
+		s:   s,
+		reg: prometheus.NewRegistry(),
+		tunnelsActive: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "rotor_tunnels_active",
+			Help: "Client tunnels open now, by front (socks5, http).",
+		}, []string{"front"}),
+		tunnelsTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "rotor_tunnels_total",
+			Help: "Client connections and forwarded requests finished, by front (socks5, http, http_forward) and outcome (ok, failed, unavailable, slow_body, refused_limit, handshake_error).",
+		}, []string{"front", "outcome"}),
+		bytesTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "rotor_bytes_total",
+			Help: "Bytes relayed, by direction: up (client to upstream) and down (upstream to client).",
+		}, []string{"direction"}),
+		dialSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "rotor_dial_seconds",
+			Help:    "Time from a client's request to an established tunnel through an upstream: waiting for an eligible upstream, failed attempts, TCP connect, proxy handshake and target connect.",
+			Buckets: latencyBuckets,
+		}),
+		probeSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "rotor_probe_seconds",
+			Help:    "Duration of health probes through upstreams, by result (ok, failed).",
+			Buckets: latencyBuckets,
+		}, []string{"result"}),
+		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "rotor_transitions_total",
+			Help: "Upstream state transitions, by from and to state.",
+		}, []string{"from", "to"}),
+		targetCools: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "rotor_target_cooldowns_total",
+			Help: "Per-target cooldowns started (an upstream cooled for one target host only), by class.",
+		}, []string{"class"}),
+	}
+	m.persist.init()
+	for _, f := range []string{"socks5", "http"} {
+		m.tunnelsActive.WithLabelValues(f)
+	}
+	for _, f := range []string{"socks5", "http", "http_forward"} {
+		for _, o := range []string{"ok", "failed", "unavailable"} {
+			m.tunnelsTotal.WithLabelValues(f, o)
+		}
+	}
+	m.bytesTotal.WithLabelValues("up")
+	m.bytesTotal.WithLabelValues("down")
+	for _, r := range []string{"ok", "failed"} {
+		m.probeSeconds.WithLabelValues(r)
+	}
+	m.reg.MustRegister(
+		m.tunnelsActive, m.tunnelsTotal, m.bytesTotal, m.dialSeconds, m.probeSeconds,
+		m.transitions, m.targetCools,
+		poolCollector{s},
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "rotor_waiting_clients",
+			Help: "Client connections waiting for an eligible upstream (pool.wait_for_upstream).",
+		}, func() float64 { return float64(s.pool.Waiting()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "rotor_tunnels_open",
+			Help: "Tunnels in the drain registry now, all fronts.",
+		}, func() float64 { return float64(s.tunnels.count()) }),
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	s.tr.SetObserver(observer{m})
+	return m
+}
+
+// handler serves the exposition.
+func (m *metrics) handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{
+		ErrorLog:      promLog{m.s},
+		ErrorHandling: promhttp.ContinueOnError,
+		Registry:      m.reg,
+	})
+}
+
+// tunnelStart counts a tunnel that began relaying on front.
+func (m *metrics) tunnelStart(front string) { m.tunnelsActive.WithLabelValues(front).Inc() }
+
+// tunnelEnd counts the end of a tunnel counted by tunnelStart. It must be
+// called exactly once per tunnelStart (next to the registry's remove).
+func (m *metrics) tunnelEnd(front string) { m.tunnelsActive.WithLabelValues(front).Dec() }
+
+// tunnelDone counts one finished client connection or forwarded request
+// with its outcome, whether or not a tunnel was started for it.
+func (m *metrics) tunnelDone(front, outcome string) {
+	m.tunnelsTotal.WithLabelValues(front, outcome).Inc()
+}
+
+// bytes counts relayed bytes: up is client to upstream, down the reverse.
+func (m *metrics) bytes(up, down int64) {
+	if up > 0 {
+		m.bytesTotal.WithLabelValues("up").Add(float64(up))
+	}
+	if down > 0 {
+		m.bytesTotal.WithLabelValues("down").Add(float64(down))
+	}
+}
+
+// dialLatency observes the set-up time of an established tunnel
+// (upstream.Lease.Setup: waits and failed attempts included).
+func (m *metrics) dialLatency(d time.Duration) { m.dialSeconds.Observe(d.Seconds()) }
+
+// observer receives the tracker's events. Its methods run outside the
+// tracker's locks and must stay cheap: a counter and a non-blocking send.
+type observer struct{ m *metrics }
+
+var _ health.Observer = observer{}
+
+func (o observer) Transition(name string, tr health.Transition) {
+	if tr.Target != "" {
+		o.m.targetCools.WithLabelValues(tr.Reason.String()).Inc()
+	} else {
+		o.m.transitions.WithLabelValues(tr.From.String(), tr.To.String()).Inc()
+	}
+	o.m.persist.kick()
+}
+
+func (o observer) Probe(name string, ok bool, d time.Duration) {
+	result := "failed"
+	if ok {
+		result = "ok"
+	}
+	o.m.probeSeconds.WithLabelValues(result).Observe(d.Seconds())
+}
+
+// poolCollector reads per-upstream health from the tracker at scrape time.
+type poolCollector struct{ s *Server }
+
+var (
+	descUpstreams = prometheus.NewDesc("rotor_upstreams",
+		"Upstreams per state (eligible, cooling, probe_allowed, disabled).", []string{"state"}, nil)
+	descFailures = prometheus.NewDesc("rotor_upstream_failures_total",
+		"Failures observed per upstream, by class and stage.", []string{"upstream", "class", "stage"}, nil)
+	descProbes = prometheus.NewDesc("rotor_probes_total",
+		"Health probes finished per upstream, by result (ok, failed).", []string{"upstream", "result"}, nil)
+	descSuccesses = prometheus.NewDesc("rotor_upstream_successes_total",
+		"Successful uses of an upstream (tunnels established, responses relayed).", []string{"upstream"}, nil)
+	descActive = prometheus.NewDesc("rotor_upstream_active",
+		"Tunnels open through an upstream now.", []string{"upstream"}, nil)
+	descState = prometheus.NewDesc("rotor_upstream_state",
+		"1 for the state an upstream is in, 0 for the others.", []string{"upstream", "state"}, nil)
+	descTargets = prometheus.NewDesc("rotor_upstream_target_cooldowns",
+		"Per-target cooldowns active on an upstream now.", []string{"upstream"}, nil)
+)
+
+func (poolCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descUpstreams, descFailures, descProbes, descSuccesses, descActive, descState, descTargets} {
+		ch <- d
+	}
+}
+
+// Collect emits one consistent pass over the pool. Two endpoints sharing
+// a display name (possible with list files) are summed under it rather
+// than breaking the scrape with duplicate series.
+func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
+	type key struct{ a, b, c string }
+	counters := map[*prometheus.Desc]map[key]float64{}
+	gauges := map[*prometheus.Desc]map[key]float64{}
+	add := func(m map[*prometheus.Desc]map[key]float64, d *prometheus.Desc, k key, v float64) {
+		if m[d] == nil {
+			m[d] = map[key]float64{}
+		}
+		m[d][k] += v
+	}
+	states := map[health.State]int{}
+	for _, e := range c.s.pool.Endpoints() {
+		snap := c.s.tr.Snapshot(e.Record())
+		n := e.Name
+		states[snap.State]++
+		for _, fc := range snap.Counts {
+			add(counters, descFailures, key{n, fc.Class.String(), fc.Stage.String()}, float64(fc.N))
+		}
+		add(counters, descProbes, key{n, "ok", ""}, float64(snap.ProbesOK))
+		add(counters, descProbes, key{n, "failed", ""}, float64(snap.ProbesFailed))
+		add(counters, descSuccesses, key{n, "", ""}, float64(snap.Successes))
+		add(gauges, descActive, key{n, "", ""}, float64(e.Active()))
+		add(gauges, descTargets, key{n, "", ""}, float64(len(snap.Targets)))
+		for _, st := range health.AllStates() {
+			v := 0.0
+			if st == snap.State {
+				v = 1
+			}
+			add(gauges, descState, key{n, st.String(), ""}, v)
+		}
+	}
+	for _, st := range health.AllStates() {
+		ch <- prometheus.MustNewConstMetric(descUpstreams, prometheus.GaugeValue, float64(states[st]), st.String())
+	}
+	emit := func(m map[*prometheus.Desc]map[key]float64, t prometheus.ValueType) {
+		for d, series := range m {
+			for k, v := range series {
+				labels := []string{k.a}
+				switch d {
+				case descFailures:
+					labels = append(labels, k.b, k.c)
+				case descProbes, descState:
+					labels = append(labels, k.b)
+				}
+				ch <- prometheus.MustNewConstMetric(d, t, v, labels...)
+			}
+		}
+	}
+	emit(counters, prometheus.CounterValue)
+	emit(gauges, prometheus.GaugeValue)
+}
+
+// promLog routes promhttp's error lines to zerolog.
+type promLog struct{ s *Server }
+
+func (l promLog) Println(v ...any) {
+	l.s.log.Error().Str("listener", "admin").Str("err", fmt.Sprint(v...)).Msg("metrics exposition")
+}

@@ -35,7 +35,7 @@ type Server struct {
 	connID        atomic.Uint64
 	metrics       *metrics
 	limits        *connLimits
-	transports    sync.Map // *upstream.Endpoint → *http.Transport
+	transports    sync.Map // transportKey(endpoint) → *http.Transport
 	connRelease   sync.Map // net.Conn → func(): limit slot of an HTTP front conn
 	hijackRelease sync.Map // net.Conn → func(): slot of a hijacked conn, until its tunnel ends
 
@@ -105,6 +105,7 @@ func (s *Server) apply(cfg *Config) error {
 		return err
 	}
 	_ = added // the tracker logs each new record with its initial state
+	s.pruneTransports()
 	for _, n := range removed {
 		s.log.Info().Str("upstream", n).Str("class", "operator").Msg("upstream removed from config")
 	}
@@ -147,6 +148,7 @@ func (s *Server) Start() error {
 	if cfg.Listen.AllowOpen && len(cfg.Clients) == 0 && !(isLoopback(cfg.Listen.SOCKS5) && isLoopback(cfg.Listen.HTTP)) {
 		s.log.Warn().Msg("OPEN PROXY: a front listens beyond loopback with no [[client]] credentials (listen.allow_open = true)")
 	}
+	s.startStateFile()
 	s.wg.Add(1)
 	go func() { // owner: Server; ends when s.ctx is cancelled by Shutdown
 		defer s.wg.Done()
@@ -237,6 +239,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	hwg.Wait()
 	s.cancel()
 	s.wg.Wait()
+	s.stopStateFile()
 	return nil
 }
 
@@ -251,6 +254,7 @@ func (s *Server) Reload(cfg *Config) error {
 	if err := s.apply(cfg); err != nil {
 		return err
 	}
+	s.kickState()
 	s.log.Info().Int("upstreams", len(s.pool.Endpoints())).Msg("config reloaded")
 	return nil
 }

@@ -98,9 +98,10 @@ func (s *Server) serveSOCKS(c net.Conn) {
 	_ = c.SetDeadline(time.Now().Add(cfg.Listen.HandshakeTimeout))
 	cc := &socksConn{Conn: c, preferUserPass: true}
 	var user string
+	userPass := false // the client authenticated with RFC 1929 (maybe with an empty name)
 	creds := credentialFunc(func(u, p string) bool {
 		params := parseUser(u)
-		user = u
+		user, userPass = u, true
 		return auth.check(params.User, p)
 	})
 	methods := []socks5.Authenticator{socks5.UserPassAuthenticator{Credentials: creds}}
@@ -116,7 +117,7 @@ func (s *Server) serveSOCKS(c net.Conn) {
 			handled = true
 			_ = c.SetDeadline(time.Time{})
 			cc.hijack()
-			s.socksTunnel(id, c, cc.leftover(user != ""), parseUser(user), addr)
+			s.socksTunnel(id, c, cc.leftover(userPass), parseUser(user), addr)
 			return nil, errHandled
 		},
 	}
@@ -157,10 +158,12 @@ func (s *Server) socksTunnel(id uint64, c net.Conn, pending []byte, params userP
 		return
 	}
 	_, _ = c.Write(socksReply(repSuccess, lease.Conn.LocalAddr()))
+	s.metrics.dialLatency(lease.Setup)
 	s.tunnels.add(id, c, lease.Conn)
 	s.metrics.tunnelStart("socks5")
 	res := relay(c, lease.Conn, pending, cfg.SlowBody, cfg.TunnelIdleTimeout, s.stallReporter(lease, addr))
 	s.tunnels.remove(id)
+	s.metrics.tunnelEnd("socks5")
 	s.finishLease(lease, addr, res)
 	s.logTunnel(id, "socks5", c, params.User, addr, lease, nil, res, start)
 }

@@ -1,0 +1,104 @@
+package gateway
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
+)
+
+func TestMetricsExposition(t *testing.T) {
+	f := newAdminFixture(t, adminConfig, fixedClock())
+	f.do(t, "POST", "/api/upstreams/dc-1/report", `{"class":"refused"}`)
+	f.do(t, "POST", "/api/upstreams/bob@127.0.0.1:2/disable", "")
+	m := f.srv.metrics
+	m.tunnelStart("socks5")
+	m.tunnelStart("socks5")
+	m.tunnelEnd("socks5")
+	m.tunnelDone("socks5", "ok")
+	m.tunnelDone("http", "unavailable")
+	m.bytes(100, 2000)
+	m.dialLatency(30 * time.Millisecond)
+	observer{m}.Probe("dc-1", false, 2*time.Second)
+
+	code, hdr, body := f.do(t, "GET", "/metrics", "")
+	if code != http.StatusOK {
+		t.Fatalf("GET /metrics: %d", code)
+	}
+	if ct := hdr.Get("Content-Type"); !strings.HasPrefix(ct, "text/plain") {
+		t.Errorf("Content-Type = %q", ct)
+	}
+	for _, want := range []string{
+		`rotor_upstreams{state="eligible"} 0`,
+		`rotor_upstreams{state="cooling"} 1`,
+		`rotor_upstreams{state="probe_allowed"} 0`,
+		`rotor_upstreams{state="disabled"} 1`,
+		`rotor_upstream_failures_total{class="refused",stage="dial",upstream="dc-1"} 1`,
+		`rotor_probes_total{result="ok",upstream="dc-1"} 0`,
+		`rotor_probes_total{result="failed",upstream="bob@127.0.0.1:2"} 0`,
+		`rotor_tunnels_active{front="socks5"} 1`,
+		`rotor_tunnels_active{front="http"} 0`,
+		`rotor_tunnels_total{front="socks5",outcome="ok"} 1`,
+		`rotor_tunnels_total{front="http",outcome="unavailable"} 1`,
+		`rotor_bytes_total{direction="up"} 100`,
+		`rotor_bytes_total{direction="down"} 2000`,
+		`rotor_waiting_clients 0`,
+		`rotor_dial_seconds_bucket{le="0.05"} 1`,
+		`rotor_dial_seconds_count 1`,
+		`rotor_probe_seconds_count{result="failed"} 1`,
+		`rotor_probe_seconds_count{result="ok"} 0`,
+		`rotor_transitions_total{from="eligible",to="cooling"} 1`,
+		`rotor_transitions_total{from="eligible",to="disabled"} 1`,
+		`rotor_upstream_state{state="cooling",upstream="dc-1"} 1`,
+		`rotor_upstream_state{state="eligible",upstream="dc-1"} 0`,
+		`rotor_upstream_successes_total{upstream="dc-1"} 0`,
+		`rotor_upstream_active{upstream="dc-1"} 0`,
+		`rotor_tunnels_open 0`,
+		"# TYPE rotor_upstream_failures_total counter",
+		"# TYPE rotor_upstreams gauge",
+		"go_goroutines ",
+	} {
+		if !strings.Contains(body, want+"\n") && !strings.Contains(body, want) {
+			t.Errorf("exposition lacks %s", want)
+		}
+	}
+	if strings.Contains(body, canary) || strings.Contains(body, "alice") {
+		t.Errorf("exposition carries credentials")
+	}
+}
+
+// TestMetricsLint runs Prometheus' own naming and help lint over rotor's
+// metrics.
+func TestMetricsLint(t *testing.T) {
+	f := newAdminFixture(t, adminConfig, fixedClock())
+	f.do(t, "POST", "/api/upstreams/dc-1/report", `{"class":"refused"}`)
+	f.srv.metrics.dialLatency(time.Millisecond)
+	mfs, err := f.srv.metrics.reg.Gather()
+	if err != nil {
+		t.Fatalf("Gather: %v", err)
+	}
+	problems, err := promlint.NewWithMetricFamilies(mfs).Lint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		if strings.HasPrefix(p.Metric, "rotor_") {
+			t.Errorf("lint %s: %s", p.Metric, p.Text)
+		}
+	}
+}
+
+// TestMetricsRegistryPerServer: two Servers in one process each have
+// their own registry (no global default registry, no duplicate
+// registration panic) and count separately.
+func TestMetricsRegistryPerServer(t *testing.T) {
+	a := newAdminFixture(t, adminConfig, fixedClock())
+	b := newAdminFixture(t, adminConfig, fixedClock())
+	a.srv.metrics.bytes(5, 0)
+	_, _, body := b.do(t, "GET", "/metrics", "")
+	if !strings.Contains(body, `rotor_bytes_total{direction="up"} 0`) {
+		t.Errorf("second server sees the first one's bytes")
+	}
+}

@@ -1,0 +1,467 @@
+package gateway
+
+// state_file (issue 6): a JSON snapshot of every upstream record, so that
+// a restart forgets neither disabled nor cooling upstreams. Deadlines are
+// stored as wall-clock times (the tracker's monotonic deadlines mean
+// nothing to another process) and turned back into tracker deadlines by
+// health.Tracker.Restore.
+//
+// Writes are atomic: a temporary file in the same directory, fsync,
+// rename over the old file, fsync of the directory. A crash leaves either
+// the old or the new snapshot, never a torn one. A file that cannot be
+// parsed is renamed aside to <file>.corrupt-<timestamp> and start-up goes
+// on without it; when it cannot be set aside, rotor does not write the
+// state file at all rather than destroy what an operator may want back.
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/rotor-proxy/rotor/health"
+	"github.com/rotor-proxy/rotor/upstream"
+)
+
+// stateVersion is the version of the file format written.
+const stateVersion = 1
+
+const (
+	// stateDebounce bounds how often transitions cause a write: the first
+	// transition after a write arms this timer, later ones ride along.
+	stateDebounce = time.Second
+	// stateFlush writes counters that changed without a transition
+	// (successes, failures below a class's threshold) now and then.
+	stateFlush = time.Minute
+)
+
+// stateFile is the state-file writer's state. The zero value after init
+// is idle; startStateFile starts it.
+type stateFile struct {
+	wake chan struct{} // buffered 1: a transition happened
+
+	writeMu sync.Mutex // serialises writes
+	// writeMu guards the fields below.
+	lastRecords []byte // records part of the last write, to skip unchanged ones
+	lastErr     string // last write error logged, to log each new one once
+
+	mu sync.Mutex
+	// mu guards the fields below.
+	path    string
+	blocked bool // a corrupt or unreadable file is in the way: never write
+	started bool
+	stopped bool
+	stop    chan struct{}
+	done    chan struct{}
+}
+
+func (f *stateFile) init() { f.wake = make(chan struct{}, 1) }
+
+// kick tells the writer a transition happened. It never blocks.
+func (f *stateFile) kick() {
+	select {
+	case f.wake <- struct{}{}:
+	default:
+	}
+}
+
+// stateDoc is the file's content.
+type stateDoc struct {
+	Version int           `json:"version"`
+	Written time.Time     `json:"written"`
+	Records []stateRecord `json:"records"`
+}
+
+// stateRecord is one upstream record, keyed by the endpoint's identity
+// (scheme, host, port, username: never a password).
+type stateRecord struct {
+	Key          string                  `json:"key"`
+	Name         string                  `json:"name"`
+	State        health.State            `json:"state"`
+	Reason       health.Class            `json:"reason"`
+	Stage        health.Stage            `json:"stage"`
+	Detail       string                  `json:"detail,omitempty"`
+	Until        time.Time               `json:"until,omitzero"`
+	Failures     map[health.Class]uint64 `json:"failures,omitempty"`
+	Counts       []stateCount            `json:"counts,omitempty"`
+	Successes    uint64                  `json:"successes"`
+	LastSuccess  time.Time               `json:"last_success,omitzero"`
+	Streak       int                     `json:"streak"`
+	ProbesOK     uint64                  `json:"probes_ok"`
+	ProbesFailed uint64                  `json:"probes_failed"`
+	LastProbe    time.Time               `json:"last_probe,omitzero"`
+	History      []stateTransition       `json:"history"`
+	Targets      []stateTarget           `json:"targets,omitempty"`
+}
+
+type stateCount struct {
+	Class health.Class `json:"class"`
+	Stage health.Stage `json:"stage"`
+	N     uint64       `json:"n"`
+}
+
+type stateTransition struct {
+	At     time.Time    `json:"at"`
+	From   health.State `json:"from"`
+	To     health.State `json:"to"`
+	Reason health.Class `json:"reason"`
+	Stage  health.Stage `json:"stage"`
+	Detail string       `json:"detail,omitempty"`
+	Target string       `json:"target,omitempty"`
+}
+
+type stateTarget struct {
+	Host   string       `json:"host"`
+	Reason health.Class `json:"reason"`
+	Stage  health.Stage `json:"stage"`
+	Until  time.Time    `json:"until"`
+	Streak int          `json:"streak"`
+}
+
+// startStateFile restores the state file (when state_file is set) and
+// starts the writer: a goroutine owned by the Server that writes after
+// transitions (at most once per stateDebounce), every stateFlush, and a
+// final time when stopStateFile is called or the Server's context ends.
+// It is a no-op when state_file is unset or the writer already started.
+func (s *Server) startStateFile() {
+	sf := &s.metrics.persist
+	path := s.cfg.Load().StateFile
+	sf.mu.Lock()
+	if path == "" || sf.started {
+		sf.mu.Unlock()
+		return
+	}
+	sf.started, sf.path = true, path
+	sf.stop, sf.done = make(chan struct{}), make(chan struct{})
+	sf.mu.Unlock()
+
+	if err := s.loadState(); err != nil {
+		s.log.Error().Str("err", err.Error()).Str("path", path).Msg("state file not restored")
+	}
+	s.wg.Add(1)
+	go func() { // owner: Server; ends on stopStateFile or when s.ctx is cancelled
+		defer s.wg.Done()
+		defer close(sf.done)
+		s.stateLoop(sf)
+	}()
+}
+
+// stopStateFile stops the writer, waits for it and writes the final
+// snapshot. Call it once the prober stopped (after s.cancel and s.wg.Wait
+// in Shutdown), so the final snapshot is final. Safe to call more than
+// once, and without startStateFile.
+func (s *Server) stopStateFile() {
+	sf := &s.metrics.persist
+	sf.mu.Lock()
+	if !sf.started {
+		sf.mu.Unlock()
+		return
+	}
+	if !sf.stopped {
+		sf.stopped = true
+		close(sf.stop)
+	}
+	done := sf.done
+	sf.mu.Unlock()
+	<-done
+	// The loop may have made its final write on s.ctx's end, while the
+	// prober was still stopping; catch what changed since (a no-op when
+	// nothing did).
+	s.writeState()
+}
+
+// kickState asks the writer for a debounced write, for changes the
+// tracker observer does not report (a reload that added or removed
+// upstreams). It never blocks.
+func (s *Server) kickState() { s.metrics.persist.kick() }
+
+func (s *Server) stateLoop(sf *stateFile) {
+	flush := time.NewTicker(stateFlush)
+	defer flush.Stop()
+	var debounce <-chan time.Time
+	for {
+		select {
+		case <-sf.wake:
+			if debounce == nil {
+				debounce = time.After(stateDebounce)
+			}
+		case <-debounce:
+			debounce = nil
+			s.writeState()
+		case <-flush.C:
+			s.writeState()
+		case <-sf.stop:
+			s.writeState()
+			return
+		case <-s.ctx.Done():
+			s.writeState()
+			return
+		}
+	}
+}
+
+// writeState is saveState for the writer loop: errors are logged, each
+// distinct one once.
+func (s *Server) writeState() {
+	err := s.saveState()
+	sf := &s.metrics.persist
+	sf.writeMu.Lock()
+	msg := ""
+	if err != nil {
+		msg = err.Error()
+	}
+	report := msg != "" && msg != sf.lastErr
+	sf.lastErr = msg
+	sf.writeMu.Unlock()
+	if report {
+		s.log.Error().Str("err", msg).Msg("state file not written")
+	}
+}
+
+// errStateBlocked is returned by saveState when a file that could not be
+// read or set aside occupies the path.
+var errStateBlocked = errors.New("state file: not writing over a file that could not be read or set aside")
+
+// saveState writes every record to the state file atomically. It writes
+// nothing when the records are unchanged since the last write.
+func (s *Server) saveState() error {
+	sf := &s.metrics.persist
+	sf.mu.Lock()
+	path, blocked := sf.path, sf.blocked
+	sf.mu.Unlock()
+	if path == "" {
+		path = s.cfg.Load().StateFile
+	}
+	if path == "" {
+		return nil
+	}
+	if blocked {
+		return errStateBlocked
+	}
+	eps := s.pool.Endpoints()
+	recs := make([]stateRecord, 0, len(eps))
+	for _, e := range eps {
+		recs = append(recs, stateRecordOf(s.tr.Snapshot(e.Record()), e))
+	}
+	body, err := json.MarshalIndent(recs, "  ", "  ")
+	if err != nil {
+		return fmt.Errorf("state file: encode: %w", err)
+	}
+	sf.writeMu.Lock()
+	defer sf.writeMu.Unlock()
+	if bytes.Equal(body, sf.lastRecords) {
+		return nil
+	}
+	// Assembled by hand so the records' bytes compared above are the ones
+	// written.
+	var doc bytes.Buffer
+	written, _ := json.Marshal(s.clock.Now().UTC())
+	fmt.Fprintf(&doc, "{\n  \"version\": %d,\n  \"written\": %s,\n  \"records\": ", stateVersion, written)
+	doc.Write(body)
+	doc.WriteString("\n}\n")
+	if err := writeFileAtomic(path, doc.Bytes(), 0o600); err != nil {
+		return fmt.Errorf("state file %s: %w", path, err)
+	}
+	sf.lastRecords = body
+	return nil
+}
+
+// stateRecordOf converts a snapshot for the file, scrubbing e's password
+// from details as the admin API does.
+func stateRecordOf(snap health.Snapshot, e *upstream.Endpoint) stateRecord {
+	scrub := passwordScrubber(e)
+	r := stateRecord{
+		Key: snap.Key, Name: snap.Name, State: snap.State, Reason: snap.Reason, Stage: snap.Stage,
+		Detail: scrub(snap.Detail), Until: snap.Until, Failures: snap.Failures,
+		Successes: snap.Successes, LastSuccess: snap.LastSuccess, Streak: snap.Streak,
+		ProbesOK: snap.ProbesOK, ProbesFailed: snap.ProbesFailed, LastProbe: snap.LastProbe,
+		History: make([]stateTransition, 0, len(snap.History)),
+	}
+	if r.Key == "" {
+		r.Key = e.Key
+	}
+	for _, c := range snap.Counts {
+		r.Counts = append(r.Counts, stateCount{Class: c.Class, Stage: c.Stage, N: c.N})
+	}
+	for _, h := range snap.History {
+		r.History = append(r.History, stateTransition{At: h.At, From: h.From, To: h.To, Reason: h.Reason,
+			Stage: h.Stage, Detail: scrub(h.Detail), Target: h.Target})
+	}
+	for _, t := range snap.Targets {
+		r.Targets = append(r.Targets, stateTarget{Host: t.Host, Reason: t.Reason, Stage: t.Stage, Until: t.Until, Streak: t.Streak})
+	}
+	return r
+}
+
+// snapshot converts a file record back for Tracker.Restore.
+func (r stateRecord) snapshot() health.Snapshot {
+	s := health.Snapshot{
+		Key: r.Key, Name: r.Name, State: r.State, Reason: r.Reason, Stage: r.Stage, Detail: r.Detail,
+		Until: r.Until, Failures: r.Failures, Successes: r.Successes, LastSuccess: r.LastSuccess,
+		Streak: r.Streak, ProbesOK: r.ProbesOK, ProbesFailed: r.ProbesFailed, LastProbe: r.LastProbe,
+	}
+	for _, c := range r.Counts {
+		s.Counts = append(s.Counts, health.FailureCount{Class: c.Class, Stage: c.Stage, N: c.N})
+	}
+	for _, h := range r.History {
+		s.History = append(s.History, health.Transition{At: h.At, From: h.From, To: h.To, Reason: h.Reason,
+			Stage: h.Stage, Detail: h.Detail, Target: h.Target})
+	}
+	for _, t := range r.Targets {
+		s.Targets = append(s.Targets, health.TargetCooldown{Host: t.Host, Reason: t.Reason, Stage: t.Stage, Until: t.Until, Streak: t.Streak})
+	}
+	return s
+}
+
+// loadState restores records from the state file by identity key. A
+// missing file is not an error. A file that cannot be parsed is renamed
+// aside and reported; start-up goes on with fresh records. Records for
+// upstreams no longer configured are ignored.
+func (s *Server) loadState() error {
+	sf := &s.metrics.persist
+	sf.mu.Lock()
+	path := sf.path
+	sf.mu.Unlock()
+	if path == "" {
+		path = s.cfg.Load().StateFile
+	}
+	if path == "" {
+		return nil
+	}
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		s.blockState()
+		return fmt.Errorf("state file %s: %w (it will not be written)", path, err)
+	}
+	doc, err := parseState(data)
+	if err != nil {
+		aside, rerr := s.setAside(path)
+		if rerr != nil {
+			s.blockState()
+			return fmt.Errorf("state file %s is corrupt (%v) and could not be set aside: %w (it will not be written)", path, err, rerr)
+		}
+		return fmt.Errorf("state file %s is corrupt (%v): moved to %s; starting with fresh records", path, err, aside)
+	}
+	byKey := make(map[string]stateRecord, len(doc.Records))
+	for _, r := range doc.Records {
+		byKey[r.Key] = r
+	}
+	restored := 0
+	for _, e := range s.pool.Endpoints() {
+		r, ok := byKey[e.Key]
+		if !ok {
+			continue
+		}
+		if s.tr.Restore(e.Key, r.snapshot()) {
+			restored++
+		}
+	}
+	s.log.Info().Str("path", path).Int("restored", restored).Int("stale", len(doc.Records)-restored).
+		Time("written", doc.Written).Msg("state file restored")
+	return nil
+}
+
+// parseState decodes and checks a state file.
+func parseState(data []byte) (*stateDoc, error) {
+	var doc stateDoc
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&doc); err != nil {
+		return nil, err
+	}
+	if dec.More() {
+		return nil, errors.New("trailing data after the document")
+	}
+	if doc.Version != stateVersion {
+		return nil, fmt.Errorf("unsupported version %d (want %d)", doc.Version, stateVersion)
+	}
+	for i, r := range doc.Records {
+		if r.Key == "" {
+			return nil, fmt.Errorf("record %d has no key", i)
+		}
+	}
+	return &doc, nil
+}
+
+// blockState stops every later write to the state file.
+func (s *Server) blockState() {
+	sf := &s.metrics.persist
+	sf.mu.Lock()
+	sf.blocked = true
+	sf.mu.Unlock()
+}
+
+// setAside renames a corrupt state file to <path>.corrupt-<UTC timestamp>
+// without replacing an earlier one, and returns the new name.
+func (s *Server) setAside(path string) (string, error) {
+	base := path + ".corrupt-" + s.clock.Now().UTC().Format("20060102T150405Z")
+	for i := 0; i < 100; i++ {
+		aside := base
+		if i > 0 {
+			aside = fmt.Sprintf("%s.%d", base, i)
+		}
+		if _, err := os.Lstat(aside); err == nil {
+			continue
+		}
+		if err := os.Rename(path, aside); err != nil {
+			return "", err
+		}
+		_ = syncDir(filepath.Dir(path))
+		return aside, nil
+	}
+	return "", errors.New("too many set-aside files")
+}
+
+// writeFileAtomic replaces path with data: a temporary file in the same
+// directory, fsync, rename, fsync of the directory (so the rename itself
+// survives a crash).
+func writeFileAtomic(path string, data []byte, perm os.FileMode) (err error) {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	defer func() {
+		if err != nil {
+			_ = f.Close()
+			_ = os.Remove(tmp)
+		}
+	}()
+	if err = f.Chmod(perm); err != nil {
+		return err
+	}
+	if _, err = f.Write(data); err != nil {
+		return err
+	}
+	if err = f.Sync(); err != nil {
+		return err
+	}
+	if err = f.Close(); err != nil {
+		return err
+	}
+	if err = os.Rename(tmp, path); err != nil {
+		return err
+	}
+	return syncDir(dir)
+}
+
+// syncDir fsyncs a directory so that a rename in it is durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}

@@ -1,0 +1,326 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/rotor-proxy/rotor/health"
+	"github.com/rotor-proxy/rotor/health/healthtest"
+)
+
+// stateConfig is adminConfig with a state file in dir.
+func stateConfig(dir string) string {
+	return "state_file = " + strconvQuote(filepath.Join(dir, "state", "rotor-state.json")) + "\n" + adminConfig
+}
+
+func strconvQuote(s string) string { b, _ := json.Marshal(s); return string(b) }
+
+// newStateServer builds a Server (not started) on clk from text.
+func newStateServer(t *testing.T, text string, clk health.Clock) (*Server, *logBuffer) {
+	t.Helper()
+	cfg, err := ParseConfig("state_test.toml", []byte(text))
+	if err != nil {
+		t.Fatalf("config: %v", err)
+	}
+	logs := &logBuffer{}
+	srv, err := New(cfg, Options{Log: zerolog.New(logs), Clock: clk})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	return srv, logs
+}
+
+func snapOf(t *testing.T, srv *Server, name string) health.Snapshot {
+	t.Helper()
+	e := srv.pool.Lookup(name)
+	if e == nil {
+		t.Fatalf("no upstream %s", name)
+	}
+	return srv.tr.Snapshot(e.Record())
+}
+
+// TestStateFileRoundTrip: a cooling and a disabled record keep state,
+// deadline, counters and history across a restart.
+func TestStateFileRoundTrip(t *testing.T) {
+	dir := t.TempDir()
+	text := stateConfig(dir)
+	clk := fixedClock()
+	a, _ := newStateServer(t, text, clk)
+	dc1 := a.pool.Lookup("dc-1")
+	a.tr.Success(dc1.Record())
+	a.pool.Report(dc1, &health.Failure{Class: health.Refused, Stage: health.StageDial})
+	a.tr.Disable(a.pool.Lookup("bob@127.0.0.1:2").Record(), "maintenance")
+	before := snapOf(t, a, "dc-1")
+	if before.State != health.Cooling {
+		t.Fatalf("dc-1 is %v before the restart, want cooling", before.State)
+	}
+	a.startStateFile()
+	a.stopStateFile() // final write
+	path := a.cfg.Load().StateFile
+	info, err := os.Stat(path)
+	if err != nil {
+		t.Fatalf("state file not written: %v", err)
+	}
+	if perm := info.Mode().Perm(); perm != 0o600 {
+		t.Errorf("state file mode %v, want 0600", perm)
+	}
+	data, _ := os.ReadFile(path)
+	if strings.Contains(string(data), canary) {
+		t.Errorf("state file contains the upstream password")
+	}
+	if leftovers, _ := filepath.Glob(filepath.Join(filepath.Dir(path), ".*tmp*")); len(leftovers) > 0 {
+		t.Errorf("temporary files left: %v", leftovers)
+	}
+
+	// The restart: 10s later on the same wall clock.
+	clk.Advance(10 * time.Second)
+	b, logs := newStateServer(t, text, clk)
+	b.startStateFile()
+	t.Cleanup(b.stopStateFile)
+	got := snapOf(t, b, "dc-1")
+	if got.State != health.Cooling || got.Reason != health.Refused || got.Stage != health.StageDial {
+		t.Errorf("dc-1 after restart: %v %v %v, want cooling refused dial", got.State, got.Reason, got.Stage)
+	}
+	if !got.Until.Equal(before.Until) {
+		t.Errorf("dc-1 until %v after restart, want %v", got.Until, before.Until)
+	}
+	if got.Successes != 1 || got.Failures[health.Refused] != 1 || got.LastSuccess.IsZero() {
+		t.Errorf("dc-1 counters after restart: successes %d refused %d last_success %v", got.Successes, got.Failures[health.Refused], got.LastSuccess)
+	}
+	if len(got.History) == 0 || got.History[0].To != health.Cooling {
+		t.Errorf("dc-1 history after restart: %+v", got.History)
+	}
+	bob := snapOf(t, b, "bob@127.0.0.1:2")
+	if bob.State != health.Disabled || bob.Reason != health.Operator {
+		t.Errorf("bob after restart: %v %v, want disabled operator", bob.State, bob.Reason)
+	}
+	if !strings.Contains(logs.String(), `"restored":2`) {
+		t.Errorf("restore not logged: %s", logs.String())
+	}
+}
+
+// TestStateFilePastDeadline: a cooling record whose deadline passed while
+// rotor was down comes back probe_allowed.
+func TestStateFilePastDeadline(t *testing.T) {
+	dir := t.TempDir()
+	text := stateConfig(dir)
+	clk := fixedClock()
+	a, _ := newStateServer(t, text, clk)
+	a.pool.Report(a.pool.Lookup("dc-1"), &health.Failure{Class: health.Refused, Stage: health.StageDial})
+	if err := a.saveState(); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(time.Hour)
+	b, _ := newStateServer(t, text, clk)
+	if err := b.loadState(); err != nil {
+		t.Fatal(err)
+	}
+	if got := snapOf(t, b, "dc-1"); got.State != health.ProbeAllowed || got.Reason != health.Refused {
+		t.Errorf("dc-1 after a restart past its deadline: %v %v, want probe_allowed refused", got.State, got.Reason)
+	}
+	if got := snapOf(t, b, "bob@127.0.0.1:2"); got.State != health.Eligible {
+		t.Errorf("bob: %v, want eligible (start_eligible)", got.State)
+	}
+}
+
+// TestStateFileCorrupt: a corrupt file is set aside intact, reported, and
+// start-up goes on; the writer then writes a fresh file.
+func TestStateFileCorrupt(t *testing.T) {
+	for _, tt := range []struct{ name, content string }{
+		{"not JSON", "{\"version\": 1, \"records\": [ {\"key\": "},
+		{"empty", ""},
+		{"unknown version", `{"version": 99, "records": []}`},
+		{"unknown state", `{"version": 1, "records": [{"key": "direct://", "state": "melted"}]}`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			text := stateConfig(dir)
+			path := filepath.Join(dir, "state", "rotor-state.json")
+			if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(path, []byte(tt.content), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			srv, logs := newStateServer(t, text, fixedClock())
+			srv.startStateFile()
+			asides, _ := filepath.Glob(path + ".corrupt-*")
+			if len(asides) != 1 || !strings.HasSuffix(asides[0], ".corrupt-20261129T220000Z") {
+				t.Fatalf("set-aside files: %v", asides)
+			}
+			if kept, _ := os.ReadFile(asides[0]); string(kept) != tt.content {
+				t.Errorf("set-aside file content changed: %q", kept)
+			}
+			if !strings.Contains(logs.String(), "corrupt") || !strings.Contains(logs.String(), `"level":"error"`) {
+				t.Errorf("corrupt file not logged at error: %s", logs.String())
+			}
+			if got := snapOf(t, srv, "dc-1"); got.State != health.Eligible {
+				t.Errorf("dc-1 after a corrupt state file: %v, want a fresh eligible record", got.State)
+			}
+			srv.stopStateFile()
+			data, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("no fresh state file after the corrupt one: %v", err)
+			}
+			if _, err := parseState(data); err != nil {
+				t.Errorf("fresh state file does not parse: %v", err)
+			}
+		})
+	}
+}
+
+// TestStateFileUnreadableIsNeverOverwritten: when the path cannot be read
+// (here: it is a directory), nothing is written over it.
+func TestStateFileUnreadableIsNeverOverwritten(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "state", "rotor-state.json")
+	if err := os.MkdirAll(path, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	srv, logs := newStateServer(t, stateConfig(dir), fixedClock())
+	srv.startStateFile()
+	srv.tr.Disable(srv.pool.Lookup("dc-1").Record(), "x")
+	srv.stopStateFile()
+	if info, err := os.Stat(path); err != nil || !info.IsDir() {
+		t.Errorf("the unreadable path was replaced: %v", err)
+	}
+	if err := srv.saveState(); err == nil {
+		t.Errorf("saveState wrote over an unreadable state file")
+	}
+	if !strings.Contains(logs.String(), "state file not restored") {
+		t.Errorf("unreadable state file not reported: %s", logs.String())
+	}
+}
+
+// TestStateFileWriterDebounces runs the writer in a synctest bubble: a
+// transition is on disk within the debounce, a burst makes one write, and
+// stop writes the final snapshot.
+func TestStateFileWriterDebounces(t *testing.T) {
+	dir := t.TempDir()
+	synctest.Test(t, func(t *testing.T) {
+		srv, _ := newStateServer(t, stateConfig(dir), nil)
+		path := srv.cfg.Load().StateFile
+		srv.startStateFile()
+		synctest.Wait()
+		if _, err := os.Stat(path); err == nil {
+			t.Fatalf("state file written before any transition")
+		}
+		srv.tr.Disable(srv.pool.Lookup("dc-1").Record(), "x")
+		srv.tr.Disable(srv.pool.Lookup("bob@127.0.0.1:2").Record(), "y")
+		time.Sleep(stateDebounce / 2)
+		synctest.Wait()
+		if _, err := os.Stat(path); err == nil {
+			t.Fatalf("state file written before the debounce elapsed")
+		}
+		time.Sleep(stateDebounce)
+		synctest.Wait()
+		doc := readStateDoc(t, path)
+		if len(doc.Records) != 2 || doc.Records[0].State != health.Disabled || doc.Records[1].State != health.Disabled {
+			t.Fatalf("state file after the burst: %+v", doc.Records)
+		}
+		// A counter changes without a transition: written by the final write.
+		srv.tr.Success(srv.pool.Lookup("dc-1").Record())
+		srv.stopStateFile()
+		if doc := readStateDoc(t, path); doc.Records[0].Successes != 1 {
+			t.Errorf("final write missed the last counters: %+v", doc.Records[0])
+		}
+	})
+}
+
+func readStateDoc(t *testing.T, path string) *stateDoc {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("state file: %v", err)
+	}
+	doc, err := parseState(data)
+	if err != nil {
+		t.Fatalf("state file: %v\n%s", err, data)
+	}
+	return doc
+}
+
+// TestStateFileIgnoresUnknownUpstreams: records of upstreams removed from
+// the config are ignored on restore.
+func TestStateFileIgnoresUnknownUpstreams(t *testing.T) {
+	dir := t.TempDir()
+	text := stateConfig(dir)
+	path := filepath.Join(dir, "state", "rotor-state.json")
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	doc := `{"version": 1, "written": "2026-11-29T21:59:00Z", "records": [
+	  {"key": "socks5://gone@10.9.9.9:1080", "name": "gone", "state": "disabled", "reason": "operator", "stage": "operator", "history": []},
+	  {"key": "socks5://alice@127.0.0.1:1", "name": "dc-1", "state": "disabled", "reason": "operator", "stage": "operator", "history": []}
+	]}`
+	if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	srv, logs := newStateServer(t, text, healthtest.NewClock(time.Date(2026, 11, 29, 22, 0, 0, 0, time.UTC)))
+	if err := srv.loadState(); err != nil {
+		t.Fatal(err)
+	}
+	if got := snapOf(t, srv, "dc-1"); got.State != health.Disabled {
+		t.Errorf("dc-1: %v, want disabled", got.State)
+	}
+	if !strings.Contains(logs.String(), `"restored":1,"stale":1`) {
+		t.Errorf("restore counts not logged: %s", logs.String())
+	}
+}
+
+// TestStateFileAcrossRealRestart runs two real Servers one after the
+// other on the same state file (Start, admin API, Shutdown): what an
+// operator did before the restart is still there after it. The explicit
+// start/stop calls are no-ops once Start and Shutdown make them.
+func TestStateFileAcrossRealRestart(t *testing.T) {
+	text := stateConfig(t.TempDir())
+	run := func(fn func(srv *Server, base string)) {
+		cfg, err := ParseConfig("state_test.toml", []byte(text))
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv, err := New(cfg, Options{Log: zerolog.New(io.Discard)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := srv.Start(); err != nil {
+			t.Fatal(err)
+		}
+		srv.startStateFile()
+		fn(srv, "http://"+srv.Addr("admin"))
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(ctx); err != nil {
+			t.Fatal(err)
+		}
+		srv.stopStateFile()
+	}
+	run(func(srv *Server, base string) {
+		for _, step := range []string{"/api/upstreams/bob@127.0.0.1:2/disable", "/api/upstreams/dc-1/report"} {
+			body := ""
+			if strings.HasSuffix(step, "report") {
+				body = `{"class":"refused"}`
+			}
+			if code, _, b := doRequest(t, base, "POST", step, body); code != 200 {
+				t.Fatalf("POST %s: %d %s", step, code, b)
+			}
+		}
+	})
+	run(func(srv *Server, base string) {
+		for name, want := range map[string]string{"dc-1": `"state": "cooling"`, "bob@127.0.0.1:2": `"state": "disabled"`} {
+			_, _, body := doRequest(t, base, "GET", "/api/upstreams/"+pathEscape(name), "")
+			if !strings.Contains(body, want) {
+				t.Errorf("%s after restart: want %s in\n%s", name, want, body)
+			}
+		}
+	})
+}
