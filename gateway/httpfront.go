@@ -86,7 +86,6 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request, params use
 		plainError(w, http.StatusForbidden, "forbidden", errSelfTarget.Error())
 		return
 	}
-	cfg := s.cfg.Load()
 	req := upstream.Request{Addr: addr, Tags: params.Tags, Session: params.Session}
 	ctx, cancel := context.WithCancel(r.Context())
 	lease, err := s.pool.Dial(ctx, req)
@@ -124,14 +123,7 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request, params use
 		lease.Done()
 		return
 	}
-	s.metrics.dialLatency(lease.Setup)
-	s.tunnels.add(id, c, lease.Conn)
-	s.metrics.tunnelStart("http")
-	res := relay(c, lease.Conn, pending, cfg.SlowBody, cfg.TunnelIdleTimeout, s.stallReporter(lease, addr))
-	s.tunnels.remove(id)
-	s.metrics.tunnelEnd("http")
-	s.finishLease(lease, addr, res)
-	s.logTunnel(id, "http", c, params.User, addr, lease, nil, res, start)
+	s.runTunnel(id, "http", c, lease, pending, addr, params.User, start)
 }
 
 // httpConnState counts HTTP front connections against the limits. A

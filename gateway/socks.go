@@ -140,7 +140,6 @@ func (s *Server) serveSOCKS(c net.Conn) {
 // socksTunnel dials the target through the pool and relays.
 func (s *Server) socksTunnel(id uint64, c net.Conn, pending []byte, params userParams, addr string) {
 	start := time.Now()
-	cfg := s.cfg.Load()
 	if s.selfTarget(addr) {
 		_, _ = c.Write(socksReply(repNotAllowed, nil))
 		_ = c.Close()
@@ -158,14 +157,7 @@ func (s *Server) socksTunnel(id uint64, c net.Conn, pending []byte, params userP
 		return
 	}
 	_, _ = c.Write(socksReply(repSuccess, lease.Conn.LocalAddr()))
-	s.metrics.dialLatency(lease.Setup)
-	s.tunnels.add(id, c, lease.Conn)
-	s.metrics.tunnelStart("socks5")
-	res := relay(c, lease.Conn, pending, cfg.SlowBody, cfg.TunnelIdleTimeout, s.stallReporter(lease, addr))
-	s.tunnels.remove(id)
-	s.metrics.tunnelEnd("socks5")
-	s.finishLease(lease, addr, res)
-	s.logTunnel(id, "socks5", c, params.User, addr, lease, nil, res, start)
+	s.runTunnel(id, "socks5", c, lease, pending, addr, params.User, start)
 }
 
 // socksReply encodes a reply with BND.ADDR from bind (0.0.0.0:0 when nil).

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/rotor-proxy/rotor/health"
+	"github.com/rotor-proxy/rotor/upstream"
 )
 
 // relayResult summarises one finished tunnel.
@@ -146,4 +147,19 @@ func closeWrite(c net.Conn) {
 		}
 	}
 	_ = c.Close()
+}
+
+// runTunnel relays an established tunnel for its whole life: it is counted
+// in the drain registry and metrics, its slow-body failures are reported,
+// the lease is released and the one summary line is written.
+func (s *Server) runTunnel(id uint64, front string, c net.Conn, lease *upstream.Lease, pending []byte, addr, user string, start time.Time) {
+	cfg := s.cfg.Load()
+	s.metrics.dialLatency(lease.Setup)
+	s.tunnels.add(id, c, lease.Conn)
+	s.metrics.tunnelStart(front)
+	res := relay(c, lease.Conn, pending, cfg.SlowBody, cfg.TunnelIdleTimeout, s.stallReporter(lease, addr))
+	s.tunnels.remove(id)
+	s.metrics.tunnelEnd(front)
+	s.finishLease(lease, addr, res)
+	s.logTunnel(id, front, c, user, addr, lease, nil, res, start)
 }
