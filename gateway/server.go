@@ -251,6 +251,9 @@ func (s *Server) Reload(cfg *Config) error {
 	if old.Listen.SOCKS5 != cfg.Listen.SOCKS5 || old.Listen.HTTP != cfg.Listen.HTTP || old.Listen.Admin != cfg.Listen.Admin {
 		s.log.Warn().Msg("reload: listener addresses changed; they take effect after a restart")
 	}
+	if err := s.tr.SetConfig(trackerConfig(cfg)); err != nil {
+		return err
+	}
 	if err := s.apply(cfg); err != nil {
 		return err
 	}

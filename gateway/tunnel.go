@@ -91,7 +91,7 @@ func relay(client, up net.Conn, pending []byte, slow SlowBodyConfig, idle time.D
 		}
 		bufPool.Put(bp)
 		if err == nil {
-			c, _ := io.Copy(up, client)
+			c, _ := copyConn(up, client)
 			n += c
 		}
 		res.Up = n
@@ -123,7 +123,7 @@ func relay(client, up net.Conn, pending []byte, slow SlowBodyConfig, idle time.D
 	bufPool.Put(bp)
 	switch {
 	case err == nil:
-		c, _ := io.Copy(client, up)
+		c, _ := copyConn(client, up)
 		down += c
 	case errors.Is(err, os.ErrDeadlineExceeded) && !started.IsZero() && r == 0:
 		res.Failure = &health.Failure{Class: health.SlowBody, Stage: health.StageFirstByte,
@@ -162,4 +162,15 @@ func (s *Server) runTunnel(id uint64, front string, c net.Conn, lease *upstream.
 	s.metrics.tunnelEnd(front)
 	s.finishLease(lease, addr, res)
 	s.logTunnel(id, front, c, user, addr, lease, nil, res, start)
+}
+
+// copyConn copies src to dst: splice without idle pipes between raw TCP
+// connections (copyTCP), io.Copy otherwise (TLS, buffered wrappers).
+func copyConn(dst, src net.Conn) (int64, error) {
+	d, ok1 := dst.(*net.TCPConn)
+	s, ok2 := src.(*net.TCPConn)
+	if ok1 && ok2 {
+		return copyTCP(d, s)
+	}
+	return io.Copy(dst, src)
 }

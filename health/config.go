@@ -9,7 +9,8 @@ import (
 )
 
 // Config configures a Tracker. Zero values take the documented defaults;
-// NewTracker copies it and fills them in.
+// NewTracker copies it and fills them in. Tracker.SetConfig replaces it on
+// a running tracker (config reload); its doc says when each field applies.
 type Config struct {
 	// Cooldown is the [cooldown] table.
 	Cooldown CooldownConfig

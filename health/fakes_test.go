@@ -29,6 +29,8 @@ type pipeUpstream struct {
 	maxIn    atomic.Int64 // max of inflight
 	global   *inflightCounter
 	onDial   func()
+	// onRequest, when set, sees each request that reached the "target".
+	onRequest func(*http.Request)
 
 	wg sync.WaitGroup // server goroutines
 }
@@ -90,8 +92,12 @@ func (p *pipeUpstream) serve(c net.Conn) {
 		io.WriteString(c, "\x05\x00garbage that is not http\r\n\r\n")
 		return
 	}
-	if _, err := http.ReadRequest(bufio.NewReader(c)); err != nil {
+	req, err := http.ReadRequest(bufio.NewReader(c))
+	if err != nil {
 		return
+	}
+	if p.onRequest != nil {
+		p.onRequest(req)
 	}
 	p.requests.Add(1)
 	if p.delay > 0 {
@@ -144,12 +150,13 @@ func drive(t *testing.T, tr *Tracker) {
 		for _, it := range due {
 			switch it.kind {
 			case kindProbe:
-				q, ok := tr.dueProbe(it, tr.clock.Now())
+				s := tr.settings()
+				q, ok := tr.dueProbe(s, it, tr.clock.Now())
 				if !ok {
 					continue
 				}
 				if d, ok := tr.claimProbe(q); ok {
-					tr.runProbe(t.Context(), q, d)
+					tr.runProbe(t.Context(), s.probe, q, d)
 				}
 			case kindRamp:
 				if _, nx := tr.rampWake(it.rec, it); nx != nil {

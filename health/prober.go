@@ -35,6 +35,12 @@ type queued struct {
 // With no probe URL, records due for a probe become eligible at once (with
 // slow start), and a warning is logged when Run starts.
 //
+// Each pass of the loop reads the settings once; SetConfig wakes the loop,
+// so a new probe URL, rate or concurrency limit takes effect at the next
+// probe start. The in-flight count and the time of the last start survive
+// the change: a lower limit lets running probes finish and starts nothing
+// until they are below it, a new rate spaces the next start from the last.
+//
 // Run returns nil when ctx is done, after every probe goroutine it started
 // has returned; probes cut short by that are dropped (neutral). It returns
 // ErrRunning if the tracker already has a running loop.
@@ -43,10 +49,10 @@ func (t *Tracker) Run(ctx context.Context) error {
 		return ErrRunning
 	}
 	defer t.running.Store(false)
-	switch {
-	case t.probe == nil && t.cfg.Probe.URL != "":
+	switch s := t.settings(); {
+	case s.probeErr != nil:
 		t.log.Error().Str("stage", StageProbe.String()).Msg("invalid probe url: records are re-admitted without a probe")
-	case t.probe == nil:
+	case s.probe == nil:
 		t.log.Warn().Str("stage", StageProbe.String()).Msg("no probe url: records are re-admitted without a probe")
 	}
 
@@ -56,21 +62,22 @@ func (t *Tracker) Run(ctx context.Context) error {
 		cancel()
 		wg.Wait()
 	}()
-	maxInflight := t.cfg.Probe.MaxConcurrent
-	// done has room for every probe in flight, so a finishing probe never
-	// blocks, even while Run is returning.
-	done := make(chan struct{}, maxInflight)
-	interval := time.Duration(float64(time.Second) / t.cfg.Probe.Rate)
+	// done reports finished probes. Its room fits the initial limit; a
+	// reload may raise the limit, so a probe that finds it full waits for
+	// Run to receive, or for pctx, which Run cancels before waiting on wg:
+	// a finishing probe never blocks Run's return.
+	done := make(chan struct{}, t.settings().cfg.Probe.MaxConcurrent)
 
 	var (
-		inflight int
-		ready    []queued
-		due      []item
-		next     time.Time // earliest permitted next probe start
-		timerC   <-chan time.Time
-		armed    time.Time
+		inflight  int
+		ready     []queued
+		due       []item
+		lastStart time.Time // latest probe start; zero: none yet
+		timerC    <-chan time.Time
+		armed     time.Time
 	)
 	for {
+		s := t.settings()
 		now := t.clock.Now()
 		var at time.Time
 		var pending bool
@@ -79,7 +86,7 @@ func (t *Tracker) Run(ctx context.Context) error {
 		for _, it := range due {
 			switch it.kind {
 			case kindProbe:
-				if q, ok := t.dueProbe(it, now); ok {
+				if q, ok := t.dueProbe(s, it, now); ok {
 					ready = append(ready, q)
 				}
 			case kindRamp:
@@ -100,6 +107,18 @@ func (t *Tracker) Run(ctx context.Context) error {
 			continue // the heap's earliest deadline may have changed
 		}
 
+		if s.probe == nil && len(ready) > 0 {
+			// A reload removed the probe URL: nothing waits for a probe.
+			for _, q := range ready {
+				t.readmitQueued(s, q, now)
+			}
+			ready = ready[:0]
+		}
+		maxInflight := s.cfg.Probe.MaxConcurrent
+		var next time.Time // earliest permitted next probe start
+		if !lastStart.IsZero() {
+			next = lastStart.Add(s.interval)
+		}
 		for len(ready) > 0 && inflight < maxInflight && !now.Before(next) {
 			q := ready[0]
 			ready = ready[1:]
@@ -108,16 +127,19 @@ func (t *Tracker) Run(ctx context.Context) error {
 				continue
 			}
 			inflight++
-			next = now.Add(interval)
+			lastStart, next = now, now.Add(s.interval)
 			wg.Add(1)
 			// Owned by Run: it exits when the probe ends (bounded by
 			// Probe.Timeout and by pctx, which Run cancels before waiting
 			// on wg).
-			go func() {
+			go func(p *probeSpec) {
 				defer wg.Done()
-				t.runProbe(pctx, q, d)
-				done <- struct{}{}
-			}()
+				t.runProbe(pctx, p, q, d)
+				select {
+				case done <- struct{}{}:
+				case <-pctx.Done():
+				}
+			}(s.probe)
 		}
 
 		if len(ready) > 0 && inflight < maxInflight && (!pending || next.Before(at)) {
@@ -144,8 +166,8 @@ func (t *Tracker) Run(ctx context.Context) error {
 
 // dueProbe handles a kindProbe item: a cooling record whose deadline
 // passed moves to probe_allowed. It returns the record to queue for a
-// probe, or re-admits it at once when no probe is configured.
-func (t *Tracker) dueProbe(it item, now time.Time) (queued, bool) {
+// probe, or re-admits it at once when s configures no probe.
+func (t *Tracker) dueProbe(s *settings, it item, now time.Time) (queued, bool) {
 	r := it.rec
 	var e effects
 	defer t.apply(&e)
@@ -159,15 +181,15 @@ func (t *Tracker) dueProbe(it item, now time.Time) (queued, bool) {
 		if now.Before(r.deadline) {
 			return queued{}, false // cannot happen: items are pushed at the deadline
 		}
-		if t.probe == nil {
-			t.readmit(r, now, "cooldown ended; no probe configured", &e)
+		if s.probe == nil {
+			t.readmit(s, r, now, "cooldown ended; no probe configured", &e)
 			return queued{}, false
 		}
 		r.deadline, r.until = time.Time{}, time.Time{}
 		t.setState(r, now, ProbeAllowed, r.reason, r.stage, "cooldown ended", nil, &e)
 	case ProbeAllowed:
-		if t.probe == nil {
-			t.readmit(r, now, "no probe configured", &e)
+		if s.probe == nil {
+			t.readmit(s, r, now, "no probe configured", &e)
 			return queued{}, false
 		}
 	default:
@@ -178,15 +200,29 @@ func (t *Tracker) dueProbe(it item, now time.Time) (queued, bool) {
 
 // readmit makes r eligible after a passing probe (or without one when none
 // is configured): the streak and failure runs restart and slow start
-// begins. Caller holds r.mu.
-func (t *Tracker) readmit(r *Record, now time.Time, detail string, e *effects) {
+// begins, as s configures it. Caller holds r.mu.
+func (t *Tracker) readmit(s *settings, r *Record, now time.Time, detail string, e *effects) {
 	r.streak = 0
 	r.after = [numClasses]int{}
 	r.consec = [numClasses]int{}
 	r.pending.Store(false)
 	r.deadline, r.until = time.Time{}, time.Time{}
 	t.setState(r, now, Eligible, ClassNone, StageProbe, detail, nil, e)
-	t.startRamp(r, now, e)
+	t.startRamp(s, r, now, e)
+}
+
+// readmitQueued re-admits q's record without a probe, for records queued
+// before a reload removed the probe URL. A record that moved on, or whose
+// probe (under the old URL) is still running, is left alone.
+func (t *Tracker) readmitQueued(s *settings, q queued, now time.Time) {
+	r := q.rec
+	var e effects
+	r.mu.Lock()
+	if !r.removed && q.epoch == r.epoch && !r.probing && State(r.state.Load()) == ProbeAllowed {
+		t.readmit(s, r, now, "no probe configured", &e)
+	}
+	r.mu.Unlock()
+	t.apply(&e)
 }
 
 // claimProbe marks q's record as probing if it is still probe_allowed at
@@ -202,13 +238,15 @@ func (t *Tracker) claimProbe(q queued) (Dialer, bool) {
 	return r.dialer, true
 }
 
-// runProbe probes q's record through d and applies the result, unless the
-// record moved on meanwhile (stale epoch) or Run is stopping.
-func (t *Tracker) runProbe(ctx context.Context, q queued, d Dialer) {
+// runProbe probes q's record through d with p (the probe settings in force
+// when it was claimed) and applies the result, unless the record moved on
+// meanwhile (stale epoch) or Run is stopping.
+func (t *Tracker) runProbe(ctx context.Context, p *probeSpec, q queued, d Dialer) {
 	r := q.rec
 	start := t.clock.Now()
-	err := t.probe.run(ctx, d)
+	err := p.run(ctx, d)
 	now := t.clock.Now()
+	s := t.settings() // a reload during the probe applies to its outcome
 	var e effects
 	r.mu.Lock()
 	r.probing = false
@@ -225,12 +263,12 @@ func (t *Tracker) runProbe(ctx context.Context, q queued, d Dialer) {
 	}
 	if !r.removed && q.epoch == r.epoch {
 		if err == nil {
-			t.readmit(r, now, "probe passed", &e)
+			t.readmit(s, r, now, "probe passed", &e)
 		} else {
 			class := classifyProbe(err)
 			r.consec[class]++
 			r.pending.Store(true)
-			t.cool(r, now, class, StageProbe, detailOf(err), err, &e)
+			t.cool(s, r, now, class, StageProbe, detailOf(err), err, &e)
 		}
 	}
 	r.mu.Unlock()

@@ -28,10 +28,10 @@ func rampCap(rate int, k int64) int64 {
 	return int64(rate) << k
 }
 
-// startRamp begins slow start at now and schedules the first window wake.
-// Caller holds r.mu.
-func (t *Tracker) startRamp(r *Record, now time.Time, e *effects) {
-	if t.cfg.SlowStart <= 0 {
+// startRamp begins slow start at now (unless s disables it) and schedules
+// the first window wake. Caller holds r.mu.
+func (t *Tracker) startRamp(s *settings, r *Record, now time.Time, e *effects) {
+	if s.cfg.SlowStart <= 0 {
 		return
 	}
 	r.ramp = ramp{start: now}
@@ -84,8 +84,9 @@ func (t *Tracker) admitRamp(r *Record) bool {
 	if !r.ramping.Load() {
 		return true
 	}
+	s := t.settings()
 	el := now.Sub(r.ramp.start)
-	if el >= t.cfg.SlowStart {
+	if el >= s.cfg.SlowStart {
 		r.ramping.Store(false)
 		return true
 	}
@@ -93,7 +94,7 @@ func (t *Tracker) admitRamp(r *Record) bool {
 	if k != r.ramp.window {
 		r.ramp.window, r.ramp.used = k, 0
 	}
-	if r.ramp.used < rampCap(t.cfg.SlowStartRate, k) {
+	if r.ramp.used < rampCap(s.cfg.SlowStartRate, k) {
 		r.ramp.used++
 		return true
 	}
@@ -110,16 +111,17 @@ func (t *Tracker) rampWake(r *Record, it item) (wake bool, next *item) {
 	if r.removed || it.epoch != r.epoch {
 		return false, nil // a transition since; into eligible broadcasts itself
 	}
+	slow := t.settings().cfg.SlowStart
 	el := it.at.Sub(r.ramp.start)
-	if r.ramp.refused && (el >= t.cfg.SlowStart || r.ramp.refusedIn < int64(el/time.Second)) {
+	if r.ramp.refused && (el >= slow || r.ramp.refusedIn < int64(el/time.Second)) {
 		wake, r.ramp.refused = true, false
 	}
-	if el >= t.cfg.SlowStart {
+	if el >= slow {
 		r.ramping.Store(false)
 		return wake, nil
 	}
 	at := it.at.Add(time.Second)
-	if end := r.ramp.start.Add(t.cfg.SlowStart); end.Before(at) {
+	if end := r.ramp.start.Add(slow); end.Before(at) {
 		at = end
 	}
 	return wake, &item{at: at, rec: r, epoch: it.epoch, kind: kindRamp}

@@ -71,18 +71,19 @@ func (t *Tracker) Snapshot(r *Record) Snapshot {
 	now := t.clock.Now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.snapshot(now, t.cfg.SlowStart)
+	return r.snapshot(now, t.settings().cfg.SlowStart)
 }
 
 // Export returns a snapshot of every record, sorted by key, for the state
 // file and the admin API.
 func (t *Tracker) Export() []Snapshot {
 	now := t.clock.Now()
+	slow := t.settings().cfg.SlowStart
 	rs := t.Records()
 	out := make([]Snapshot, 0, len(rs))
 	for _, r := range rs {
 		r.mu.Lock()
-		out = append(out, r.snapshot(now, t.cfg.SlowStart))
+		out = append(out, r.snapshot(now, slow))
 		r.mu.Unlock()
 	}
 	return out
@@ -155,6 +156,7 @@ func (t *Tracker) Restore(key string, s Snapshot) bool {
 	}
 	now := t.clock.Now()
 	wnow := wall(now)
+	maxTargets := t.settings().cfg.MaxTargets
 	var e effects
 	r.mu.Lock()
 	if r.removed {
@@ -184,7 +186,7 @@ func (t *Tracker) Restore(key string, s Snapshot) bool {
 	r.hist.replace(s.History)
 	r.targets = nil
 	for _, tc := range s.Targets {
-		if left := tc.Until.Sub(wnow); left > 0 && tc.Host != "" && len(r.targets) < t.cfg.MaxTargets {
+		if left := tc.Until.Sub(wnow); left > 0 && tc.Host != "" && len(r.targets) < maxTargets {
 			if r.targets == nil {
 				r.targets = map[string]*targetCooldown{}
 			}

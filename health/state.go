@@ -137,17 +137,18 @@ func (t *Tracker) setState(r *Record, now time.Time, to State, reason Class, sta
 }
 
 // cool moves r to cooling for class (or to disabled when permanent_after
-// is reached). Caller holds r.mu and has counted the failure in consec.
-func (t *Tracker) cool(r *Record, now time.Time, class Class, stage Stage, detail string, err error, e *effects) {
+// is reached) under the policy of s. Caller holds r.mu and has counted the
+// failure in consec.
+func (t *Tracker) cool(s *settings, r *Record, now time.Time, class Class, stage Stage, detail string, err error, e *effects) {
 	r.reason, r.stage, r.detail = class, stage, detail
 	r.after = [numClasses]int{}
-	if pa := t.policy.For(class).PermanentAfter; pa > 0 && r.consec[class] >= pa {
+	if pa := s.policy.For(class).PermanentAfter; pa > 0 && r.consec[class] >= pa {
 		r.deadline, r.until = time.Time{}, time.Time{}
 		t.setState(r, now, Disabled, class, stage, detail, err, e)
 		return
 	}
 	r.streak++
-	d := t.policy.Cooldown(class, r.streak, t.rand())
+	d := s.policy.Cooldown(class, r.streak, s.rand())
 	r.deadline = now.Add(d)
 	r.until = wall(now).Add(d)
 	t.setState(r, now, Cooling, class, stage, detail, err, e)
@@ -159,10 +160,7 @@ func (t *Tracker) cool(r *Record, now time.Time, class Class, stage Stage, detai
 func (t *Tracker) apply(e *effects) {
 	if len(e.items) > 0 {
 		t.sched.push(e.items...)
-		select {
-		case t.kick <- struct{}{}:
-		default:
-		}
+		t.kickProber()
 	}
 	if len(e.changes) > 0 {
 		t.version.Add(uint64(len(e.changes)))
@@ -269,6 +267,7 @@ func (t *Tracker) fail(r *Record, f *Failure, epoch uint64, checkEpoch bool) {
 		stage = StageNone
 	}
 	now := t.clock.Now()
+	s := t.settings()
 	var e effects
 	r.mu.Lock()
 	r.failures[class][stage]++
@@ -276,16 +275,16 @@ func (t *Tracker) fail(r *Record, f *Failure, epoch uint64, checkEpoch bool) {
 	switch {
 	case !live || class == Operator:
 	case class.IsTargetFailure():
-		t.targetRule(r, now, f.Target, &e)
-	case f.Target != "" && t.scope(class) == ScopeTarget:
-		t.coolTarget(r, now, class, stage, f.Target, detailOf(f.Err), f.Err, &e)
+		t.targetRule(s, r, now, f.Target, &e)
+	case f.Target != "" && s.scope(class) == ScopeTarget:
+		t.coolTarget(s, r, now, class, stage, f.Target, detailOf(f.Err), f.Err, &e)
 	default:
-		pol := t.policy.For(class)
+		pol := s.policy.For(class)
 		r.after[class]++
 		r.consec[class]++
 		r.pending.Store(true)
 		if r.after[class] >= pol.After || pol.PermanentAfter > 0 && r.consec[class] >= pol.PermanentAfter {
-			t.cool(r, now, class, stage, detailOf(f.Err), f.Err, &e)
+			t.cool(s, r, now, class, stage, detailOf(f.Err), f.Err, &e)
 		}
 	}
 	r.mu.Unlock()
@@ -293,12 +292,12 @@ func (t *Tracker) fail(r *Record, f *Failure, epoch uint64, checkEpoch bool) {
 }
 
 // scope returns the configured scope of class.
-func (t *Tracker) scope(c Class) Scope {
+func (s *settings) scope(c Class) Scope {
 	switch c {
 	case TargetHTTPError:
-		return t.cfg.ScopeTargetHTTPError
+		return s.cfg.ScopeTargetHTTPError
 	case SlowBody:
-		return t.cfg.ScopeSlowBody
+		return s.cfg.ScopeSlowBody
 	}
 	return ScopeUpstream
 }

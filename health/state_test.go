@@ -297,7 +297,7 @@ func TestStaleFailuresOnlyCount(t *testing.T) {
 func (t *Tracker) readmitForTest(r *Record) {
 	var e effects
 	r.mu.Lock()
-	t.readmit(r, t.clock.Now(), "test", &e)
+	t.readmit(t.settings(), r, t.clock.Now(), "test", &e)
 	r.mu.Unlock()
 	t.apply(&e)
 }

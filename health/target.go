@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -29,15 +30,16 @@ type targetCooldown struct {
 	after    int       // failures since the last cooling, for ClassPolicy.After
 }
 
-// coolTarget applies a target-scoped failure. Caller holds r.mu.
-func (t *Tracker) coolTarget(r *Record, now time.Time, class Class, stage Stage, host, detail string, err error, e *effects) {
+// coolTarget applies a target-scoped failure under the policy of s.
+// Caller holds r.mu.
+func (t *Tracker) coolTarget(s *settings, r *Record, now time.Time, class Class, stage Stage, host, detail string, err error, e *effects) {
 	tc := r.targets[host]
 	if tc == nil {
 		if r.targets == nil {
 			r.targets = map[string]*targetCooldown{}
 		}
-		if len(r.targets) >= t.cfg.MaxTargets {
-			t.dropTarget(r, now)
+		if len(r.targets) >= s.cfg.MaxTargets {
+			t.dropTargets(s, r, now)
 		}
 		tc = &targetCooldown{host: host, set: now}
 		r.targets[host] = tc
@@ -47,27 +49,29 @@ func (t *Tracker) coolTarget(r *Record, now time.Time, class Class, stage Stage,
 		return // already cooling for host: a late report of the same ban
 	}
 	tc.after++
-	if tc.after < t.policy.For(class).After {
+	if tc.after < s.policy.For(class).After {
 		return
 	}
 	tc.after = 0
 	tc.streak++
-	d := t.policy.Cooldown(class, tc.streak, t.rand())
+	d := s.policy.Cooldown(class, tc.streak, s.rand())
 	tc.reason, tc.stage, tc.set = class, stage, now
 	tc.deadline, tc.until = now.Add(d), wall(now).Add(d)
-	s := State(r.state.Load())
-	tr := Transition{At: wall(now), From: s, To: s, Reason: class, Stage: stage, Detail: detail, Target: host}
+	st := State(r.state.Load())
+	tr := Transition{At: wall(now), From: st, To: st, Reason: class, Stage: stage, Detail: detail, Target: host}
 	r.hist.add(tr)
 	e.changes = append(e.changes, change{name: r.name, tr: tr, until: tc.until, err: err})
 	e.items = append(e.items, item{at: tc.deadline, rec: r, kind: kindTarget})
 }
 
-// dropTarget makes room for one entry: entries idle past their class's max
-// cooldown go first, then the one cooled longest ago. Caller holds r.mu.
-func (t *Tracker) dropTarget(r *Record, now time.Time) {
+// dropTargets makes room for one entry under s.cfg.MaxTargets: entries
+// idle past their class's max cooldown go first, then the ones cooled
+// longest ago. More than one is dropped only when a reload lowered
+// MaxTargets below what r holds. Caller holds r.mu.
+func (t *Tracker) dropTargets(s *settings, r *Record, now time.Time) {
 	var oldest *targetCooldown
 	for h, tc := range r.targets {
-		if !now.Before(tc.deadline.Add(t.policy.For(tc.reason).Max)) {
+		if !now.Before(tc.deadline.Add(s.policy.For(tc.reason).Max)) {
 			delete(r.targets, h)
 			continue
 		}
@@ -75,9 +79,16 @@ func (t *Tracker) dropTarget(r *Record, now time.Time) {
 			oldest = tc
 		}
 	}
-	if len(r.targets) >= t.cfg.MaxTargets && oldest != nil {
+	switch excess := len(r.targets) - s.cfg.MaxTargets + 1; {
+	case excess == 1:
 		delete(r.targets, oldest.host)
 		r.targetDrops++
+	case excess > 1:
+		byAge := slices.SortedFunc(maps.Values(r.targets), func(a, b *targetCooldown) int { return a.set.Compare(b.set) })
+		for _, tc := range byAge[:excess] {
+			delete(r.targets, tc.host)
+		}
+		r.targetDrops += uint64(excess)
 	}
 	r.ntargets.Store(int32(len(r.targets)))
 }
@@ -113,12 +124,12 @@ type targetFail struct {
 const maxTargetFails = 32
 
 // targetRule records a target failure for host and cools r when the
-// target-failure rule holds (see Fail). Caller holds r.mu.
-func (t *Tracker) targetRule(r *Record, now time.Time, host string, e *effects) {
-	if t.cfg.TargetRuleHosts < 0 || host == "" {
+// target-failure rule of s holds (see Fail). Caller holds r.mu.
+func (t *Tracker) targetRule(s *settings, r *Record, now time.Time, host string, e *effects) {
+	if s.cfg.TargetRuleHosts < 0 || host == "" {
 		return
 	}
-	win := t.cfg.TargetRuleWindow
+	win := s.cfg.TargetRuleWindow
 	keep := r.targetFails[:0]
 	for _, f := range r.targetFails {
 		if now.Sub(f.at) < win && f.host != host {
@@ -136,14 +147,14 @@ func (t *Tracker) targetRule(r *Record, now time.Time, host string, e *effects) 
 			n++
 		}
 	}
-	if n < t.cfg.TargetRuleHosts {
+	if n < s.cfg.TargetRuleHosts {
 		return
 	}
 	r.targetFails = nil
 	r.consec[UpstreamError]++
 	r.pending.Store(true)
 	detail := fmt.Sprintf("target failures for %d hosts that other upstreams reach", n)
-	t.cool(r, now, UpstreamError, StageTargetConnect, detail, errors.New(detail), e)
+	t.cool(s, r, now, UpstreamError, StageTargetConnect, detail, errors.New(detail), e)
 }
 
 // targetSeen remembers, per target host, the two records that most

@@ -2,7 +2,6 @@ package health
 
 import (
 	"context"
-	"math/rand/v2"
 	"net"
 	"slices"
 	"strings"
@@ -39,14 +38,13 @@ type Observer interface {
 
 // Tracker owns every upstream record of one pool. Safe for concurrent use.
 // Records are carried across config reloads inside the Tracker instance
-// (STYLE 17), never through package state.
+// (STYLE 17), never through package state; SetConfig swaps the settings.
 type Tracker struct {
-	cfg    Config
-	policy Policy
-	clock  Clock
-	log    zerolog.Logger
-	probe  *probeSpec // nil when Probe.URL is empty
-	rand   func() float64
+	clock Clock
+	log   zerolog.Logger
+
+	// set is the current configuration generation; SetConfig swaps it.
+	set atomic.Pointer[settings]
 
 	observer atomic.Pointer[Observer]
 	version  atomic.Uint64
@@ -72,33 +70,27 @@ type Tracker struct {
 
 // NewTracker returns a tracker for cfg (copied, defaults filled). A nil
 // clock means real time. cfg should have passed Validate; an unusable probe
-// URL is treated like an empty one and logged at error by Run.
+// URL is treated like an empty one and logged at error by Run. SetConfig
+// replaces cfg later.
 func NewTracker(cfg Config, clock Clock, log zerolog.Logger) *Tracker {
 	if clock == nil {
 		clock = RealClock()
 	}
-	cfg = cfg.withDefaults()
 	t := &Tracker{
-		cfg:     cfg,
-		policy:  policyOf(cfg.Cooldown),
 		clock:   clock,
 		log:     log,
-		rand:    cfg.Rand,
 		kick:    make(chan struct{}, 1),
 		records: map[string]*Record{},
 	}
-	if t.rand == nil {
-		t.rand = rand.Float64
-	}
-	t.probe, _ = newProbeSpec(cfg.Probe)
+	t.set.Store(newSettings(cfg))
 	ch := make(chan struct{})
 	t.changed.Store(&ch)
 	t.seen.init()
 	return t
 }
 
-// Policy returns the resolved cooldown policy.
-func (t *Tracker) Policy() Policy { return t.policy }
+// Policy returns the resolved cooldown policy now in force.
+func (t *Tracker) Policy() Policy { return t.settings().policy }
 
 // SetObserver installs o (nil removes it). Call it before Run and before
 // reporting starts; events raised before it are not replayed.
@@ -140,7 +132,8 @@ func (t *Tracker) Add(key, name string, d Dialer, disabled bool) *Record {
 		}
 		return r
 	}
-	r := newRecord(key, name, d, t.cfg.HistoryLen)
+	s := t.settings()
+	r := newRecord(key, name, d, s.cfg.HistoryLen)
 	var e effects
 	r.mu.Lock()
 	// A new record enters its first state directly: no history entry,
@@ -150,7 +143,7 @@ func (t *Tracker) Add(key, name string, d Dialer, disabled bool) *Record {
 		r.state.Store(uint32(Disabled))
 		r.reason, r.stage, r.detail = Operator, StageOperator, "disabled in config"
 		r.configDisabled = true
-	case t.cfg.StartEligible:
+	case s.cfg.StartEligible:
 		r.state.Store(uint32(Eligible))
 		e.wake = true
 	default:
