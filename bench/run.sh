@@ -11,8 +11,15 @@ cd "$(dirname "$0")/.."
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
+# Record the commit before building: others may commit while the run lasts.
+commit=$(git rev-parse HEAD 2>/dev/null || true)
+dirty=false
+if [ -n "$commit" ] && [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]; then
+	dirty=true
+fi
+hash=${commit:0:7}
+hash=${hash:-nocommit}
 go build -o "$tmp/rotor-bench" ./cmd/rotor-bench
-hash=$(git rev-parse --short HEAD 2>/dev/null || echo nocommit)
 stamp=$(date -u +%Y%m%dT%H%M%SZ)
 mkdir -p bench/results
 out="bench/results/$stamp-$hash"
@@ -26,7 +33,7 @@ else
 fi
 
 status=0
-"$tmp/rotor-bench" "${mode[@]}" -json "$out.json" "$@" | tee "$out.txt" || status=$?
+"$tmp/rotor-bench" "${mode[@]}" -commit "$commit" -commit-dirty="$dirty" -json "$out.json" "$@" | tee "$out.txt" || status=$?
 if [ "$status" -ne 0 ] && [ -s "$tmp/rotor.log" ]; then
 	echo "run.sh: rotor log tail:" >&2
 	tail -n 20 "$tmp/rotor.log" >&2

@@ -73,12 +73,12 @@ type relayChild struct {
 }
 
 // startRelayChild runs "rotor-bench relay" and waits for its ready line.
-func startRelayChild(socksAddr, httpAddr string) (*relayChild, error) {
+func startRelayChild(socksAddr, httpAddr, copyMode string) (*relayChild, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
-	args := []string{"relay", "-listen", socksAddr}
+	args := []string{"relay", "-listen", socksAddr, "-copy", copyMode}
 	if httpAddr != "" {
 		args = append(args, "-http-listen", httpAddr)
 	}
@@ -134,7 +134,13 @@ func relayMain(args []string) int {
 	fs := flag.NewFlagSet("relay", flag.ContinueOnError)
 	listen := fs.String("listen", "127.0.0.1:0", "SOCKS5 listen address (loopback)")
 	httpListen := fs.String("http-listen", "", "optional plain HTTP proxy listen address (plumbing runs only)")
+	copyMode := fs.String("copy", "idle", "copy mode: idle (splice, 2 fds per idle tunnel) or iocopy (plain io.Copy)")
 	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	cp, ok := copyFuncs[*copyMode]
+	if !ok {
+		fmt.Fprintf(os.Stderr, "relay: unknown -copy %q\n", *copyMode)
 		return 2
 	}
 	for _, a := range []string{*listen, *httpListen} {
@@ -144,7 +150,7 @@ func relayMain(args []string) int {
 		}
 	}
 	raiseNofile()
-	r, err := startRelay(*listen, *httpListen)
+	r, err := startRelay(*listen, *httpListen, cp)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "relay:", err)
 		return 1

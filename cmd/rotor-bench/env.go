@@ -16,6 +16,7 @@ type env struct {
 	dur        time.Duration
 	bulkBytes  int64
 	idleHold   time.Duration
+	idleOpen   time.Duration // bound on opening all idle tunnels
 	toolNofile uint64
 	warmup     bool // an untimed warm-up run: skip the settle waits
 

@@ -38,17 +38,22 @@ type options struct {
 	GatewayIsRelay      bool
 	RelayListen         string
 	RelayInProc         bool
+	RelayCopy           string
 	HTTPTarget          string
 	Duration            time.Duration
 	BulkBytes           int64
 	Streams, Workers    int
 	Idle                int
 	IdleHold            time.Duration
+	IdleTimeout         time.Duration
 	Rounds              int
 	Warmup              time.Duration
 	Only                map[string]bool
 	JSON                string
+	Commit              string
+	CommitDirty         bool
 	args                []string
+	values              map[string]string // every flag's value, for the report
 }
 
 // phaseNames are the values -only accepts, in run order. idle runs first
@@ -76,6 +81,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.BoolVar(&o.GatewayIsRelay, "gateway-is-relay", false, "plumbing run: use the relay itself as the \"gateway\" (no gateway measured)")
 	fs.StringVar(&o.RelayListen, "relay-listen", "127.0.0.1:0", "relay listen address; fix it when the gateway is configured by hand")
 	fs.BoolVar(&o.RelayInProc, "relay-inproc", false, "run the relay in this process (tests; no relay CPU/RSS figures)")
+	fs.StringVar(&o.RelayCopy, "relay-copy", "idle", "relay copy mode: idle (splice, no pipe parked on idle tunnels: 2 fds each) or iocopy (plain io.Copy: 6 fds each)")
 	fs.StringVar(&o.HTTPTarget, "http-target", "127.0.0.1:0", "HTTP target listen address (fix it to point a hand-made probe.url at it)")
 	fs.DurationVar(&o.Duration, "duration", 5*time.Second, "length of every timed measurement")
 	fs.Int64Var(&o.BulkBytes, "bulk-bytes", 0, "byte budget per bulk measurement, split across streams (0: until -duration)")
@@ -83,13 +89,18 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.Workers, "workers", 32, "concurrent workers for the setup and HTTP phases")
 	fs.IntVar(&o.Idle, "idle", 5000, "idle tunnels to hold")
 	fs.DurationVar(&o.IdleHold, "idle-hold", 2*time.Second, "how long idle tunnels are held before RSS and fds are read")
+	fs.DurationVar(&o.IdleTimeout, "idle-timeout", 30*time.Second, "bound on opening all idle tunnels; the rest count as failures")
 	fs.IntVar(&o.Rounds, "rounds", 1, "repeat bulk/parallel/setup/http, alternating baseline and gateway; tables use medians")
 	fs.DurationVar(&o.Warmup, "warmup", time.Second, "untimed run of every path before the first round of each phase (0: none)")
 	only := fs.String("only", strings.Join(phaseNames, ","), "phases to run: "+strings.Join(phaseNames, ","))
 	fs.StringVar(&o.JSON, "json", "", "also write the results as JSON to this file")
+	fs.StringVar(&o.Commit, "commit", "", "commit the measured binary was built from (default: git rev-parse HEAD when the run starts)")
+	fs.BoolVar(&o.CommitDirty, "commit-dirty", false, "with -commit: the build had uncommitted changes")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
+	o.values = map[string]string{}
+	fs.VisitAll(func(f *flag.Flag) { o.values[f.Name] = f.Value.String() })
 	o.Only = map[string]bool{}
 	for _, p := range strings.Split(*only, ",") {
 		p = strings.TrimSpace(p)
@@ -106,6 +117,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		if a != "" && !isLoopbackAddr(a) {
 			return nil, fmt.Errorf("-%s %s: only loopback addresses are allowed", name, a)
 		}
+	}
+	if _, ok := copyFuncs[o.RelayCopy]; !ok {
+		return nil, fmt.Errorf("-relay-copy: want idle or iocopy, got %q", o.RelayCopy)
 	}
 	modes := 0
 	for _, on := range []bool{o.SpawnRotor != "", o.GatewayIsRelay, o.SOCKS5 != "" && o.SpawnRotor == "" || o.HTTP != "" && o.SpawnRotor == ""} {

@@ -11,14 +11,14 @@ import (
 
 // testEnv starts the targets and an in-process relay (with its test-only
 // HTTP proxy) and returns an env whose "gateway" fronts are the relay.
-func testEnv(t *testing.T) *env {
+func testEnv(t *testing.T, mode string) *env {
 	t.Helper()
 	tg, err := startTargets("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(tg.Close)
-	r, err := startRelay("127.0.0.1:0", "127.0.0.1:0")
+	r, err := startRelay("127.0.0.1:0", "127.0.0.1:0", copyFuncs[mode])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,6 +27,7 @@ func testEnv(t *testing.T) *env {
 	return &env{
 		dur:        150 * time.Millisecond,
 		idleHold:   10 * time.Millisecond,
+		idleOpen:   10 * time.Second,
 		relayAddr:  relayAddr,
 		baseline:   socks5Dialer{proxy: relayAddr},
 		fronts:     []front{{"socks5", socks5Dialer{proxy: relayAddr}}, {"connect", connectDialer{proxy: r.http.Addr().String()}}},
@@ -40,7 +41,12 @@ func testEnv(t *testing.T) *env {
 // TestPhasesMoveBytes runs every phase briefly against the relay. It checks
 // that data arrives and nothing fails; it asserts no timing.
 func TestPhasesMoveBytes(t *testing.T) {
-	e := testEnv(t)
+	for _, mode := range []string{"idle", "iocopy"} {
+		t.Run(mode, func(t *testing.T) { testPhases(t, testEnv(t, mode)) })
+	}
+}
+
+func testPhases(t *testing.T, e *env) {
 	ctx := context.Background()
 	for _, p := range pathsOf(e) {
 		t.Run(p.Name, func(t *testing.T) {
@@ -70,7 +76,7 @@ func TestPhasesMoveBytes(t *testing.T) {
 
 // TestBulkBudget checks that a byte budget is delivered exactly.
 func TestBulkBudget(t *testing.T) {
-	e := testEnv(t)
+	e := testEnv(t, "idle")
 	e.dur, e.bulkBytes = 5*time.Second, 3<<20
 	b := runBulk(context.Background(), e, "baseline", e.baseline, 3)
 	if b.Bytes != 3<<20 {
@@ -143,5 +149,24 @@ func TestIsLoopbackAddr(t *testing.T) {
 		if got := isLoopbackAddr(addr); got != want {
 			t.Errorf("isLoopbackAddr(%q) = %v, want %v", addr, got, want)
 		}
+	}
+}
+
+func TestPairedRatio(t *testing.T) {
+	xs := []bulkResult{
+		{Path: "baseline", Round: 1, MBps: 100}, {Path: "socks5", Round: 1, MBps: 80},
+		{Path: "baseline", Round: 2, MBps: 50}, {Path: "socks5", Round: 2, MBps: 45},
+		{Path: "baseline", Round: 3, MBps: 200}, {Path: "socks5", Round: 3, MBps: 100},
+	}
+	got := pairedRatio(xs, func(b bulkResult) bool { return b.Path == "socks5" },
+		func(b bulkResult) bool { return b.Path == "baseline" },
+		func(b bulkResult) int { return b.Round }, func(b bulkResult) float64 { return b.MBps })
+	if got == nil || *got != 0.8 {
+		t.Errorf("pairedRatio = %v, want 0.8 (median of 0.8, 0.9, 0.5)", got)
+	}
+	if one := pairedRatio(xs[:2], func(b bulkResult) bool { return b.Path == "socks5" },
+		func(b bulkResult) bool { return b.Path == "baseline" },
+		func(b bulkResult) int { return b.Round }, func(b bulkResult) float64 { return b.MBps }); one != nil {
+		t.Errorf("pairedRatio over one round = %v, want nil", *one)
 	}
 }

@@ -14,6 +14,7 @@ import (
 // bulkResult is one bulk-throughput measurement through one path.
 type bulkResult struct {
 	Path       string  `json:"path"`
+	Round      int     `json:"round"` // 1-based; 0 is the warm-up
 	Streams    int     `json:"streams"`
 	Connected  int     `json:"connected"`
 	Bytes      int64   `json:"bytes"`

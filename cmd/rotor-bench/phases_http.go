@@ -15,6 +15,7 @@ import (
 // httpResult is one plain-HTTP request-rate measurement through one path.
 type httpResult struct {
 	Path       string  `json:"path"`
+	Round      int     `json:"round"` // 1-based; 0 is the warm-up
 	Workers    int     `json:"workers"`
 	Requests   int     `json:"requests"`
 	Failures   int     `json:"failures"`

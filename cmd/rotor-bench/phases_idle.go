@@ -46,7 +46,7 @@ type idleResult struct {
 const idleWorkers = 64
 
 // runIdle opens n tunnels to the echo target through d (64 at a time, each
-// proven by one echo), holds them idle for -idle-hold, reads RSS and fds of
+// proven by one echo, all within -idle-timeout), holds them idle for -idle-hold, reads RSS and fds of
 // the gateway and the relay, re-checks every tunnel with one more echo, then
 // closes all and reads the fds again 2 s later. Per-tunnel figures are
 // (held - before) / established. The relay carries the same n tunnels, so
@@ -69,8 +69,12 @@ func runIdle(ctx context.Context, e *env, path string, d tunnelDialer, n int) id
 	}()
 	var errs errList
 	start := time.Now()
+	// The whole opening is bounded too: a gateway out of fds leaves
+	// connects pending in its backlog, and each would wait out its 10 s.
+	octx, ocancel := context.WithTimeout(ctx, e.idleOpen)
+	defer ocancel()
 	forEachParallel(n, idleWorkers, func(i int, payload, scratch []byte) {
-		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		dctx, cancel := context.WithTimeout(octx, 10*time.Second)
 		c, err := d.DialTunnel(dctx, e.echoAddr)
 		cancel()
 		if err == nil {

@@ -11,6 +11,7 @@ import (
 // setupResult is one tunnel-churn measurement through one path.
 type setupResult struct {
 	Path       string  `json:"path"`
+	Round      int     `json:"round"` // 1-based; 0 is the warm-up
 	Workers    int     `json:"workers"`
 	Tunnels    int     `json:"tunnels"` // usable tunnels completed
 	Failures   int     `json:"failures"`

@@ -16,8 +16,8 @@ import (
 // It is deliberately what a competent minimal Go upstream looks like: RFC 1928
 // CONNECT with no authentication (RFC 1929 username/password is accepted with
 // any credentials, because a gateway may forward scraper usernames), then a
-// splice between two *net.TCPConn via io.Copy, which Linux turns into
-// splice(2). It only dials loopback targets.
+// splice(2) between the two *net.TCPConn (see copyFuncs for the two ways it
+// can copy). It only dials loopback targets.
 type relay struct {
 	socks *tcpServer
 	http  *tcpServer // optional plain HTTP proxy, see relay_http.go
@@ -28,14 +28,14 @@ const relayHandshakeTimeout = 10 * time.Second
 
 // startRelay starts the SOCKS5 relay on socksAddr and, when httpAddr is not
 // empty, the HTTP proxy used for relay-as-gateway plumbing runs.
-func startRelay(socksAddr, httpAddr string) (*relay, error) {
+func startRelay(socksAddr, httpAddr string, cp copyFunc) (*relay, error) {
 	r := &relay{}
 	var err error
-	if r.socks, err = listenTCP(socksAddr, serveSOCKS5); err != nil {
+	if r.socks, err = listenTCP(socksAddr, func(c *net.TCPConn) { serveSOCKS5(c, cp) }); err != nil {
 		return nil, err
 	}
 	if httpAddr != "" {
-		if r.http, err = listenTCP(httpAddr, serveHTTPProxy); err != nil {
+		if r.http, err = listenTCP(httpAddr, func(c *net.TCPConn) { serveHTTPProxy(c, cp) }); err != nil {
 			r.socks.Close()
 			return nil, err
 		}
@@ -63,7 +63,7 @@ const (
 )
 
 // serveSOCKS5 handles one client connection: handshake, dial, splice.
-func serveSOCKS5(c *net.TCPConn) {
+func serveSOCKS5(c *net.TCPConn, cp copyFunc) {
 	c.SetDeadline(time.Now().Add(relayHandshakeTimeout))
 	target, ok := socks5ServerHandshake(c)
 	if !ok {
@@ -85,7 +85,7 @@ func serveSOCKS5(c *net.TCPConn) {
 		return
 	}
 	c.SetDeadline(time.Time{})
-	splice(c, t)
+	splice(c, t, cp)
 }
 
 // socks5ServerHandshake reads the greeting, optional RFC 1929 auth and the
@@ -211,19 +211,31 @@ func dialLoopback(target netip.AddrPort) (*net.TCPConn, error) {
 // direction reaches EOF the other side gets a half-close (CloseWrite); when
 // it fails, both conns are closed so the other direction cannot hang. The
 // helper goroutine is owned by splice, which waits for it.
-func splice(a, b *net.TCPConn) {
+func splice(a, b *net.TCPConn, cp copyFunc) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		pipe(b, a)
+		pipe(b, a, cp)
 	}()
-	pipe(a, b)
+	pipe(a, b, cp)
 	<-done
 }
 
-// pipe copies src to dst; io.Copy between two *net.TCPConn uses splice(2).
-func pipe(dst, src *net.TCPConn) {
-	if _, err := io.Copy(dst, src); err != nil {
+// copyFunc copies one direction of a tunnel.
+type copyFunc func(dst, src *net.TCPConn) (int64, error)
+
+// copyFuncs are the relay's copy modes (-relay-copy). Both move bytes with
+// splice(2): "idle" is copyIdleAware (2 fds per idle tunnel, io.Copy once a
+// direction carries bulk), "iocopy" is plain io.Copy from the first byte (6
+// fds per idle tunnel: it parks a pipe pair per blocked direction).
+var copyFuncs = map[string]copyFunc{
+	"idle":   copyIdleAware,
+	"iocopy": func(dst, src *net.TCPConn) (int64, error) { return io.Copy(dst, src) },
+}
+
+// pipe copies src to dst with cp.
+func pipe(dst, src *net.TCPConn, cp copyFunc) {
+	if _, err := cp(dst, src); err != nil {
 		dst.Close()
 		src.Close()
 		return

@@ -13,7 +13,7 @@ import (
 // forwarding) that the relay serves only for relay-as-gateway plumbing runs
 // (-gateway-is-relay), so the HTTP-front phases can be exercised before a
 // real gateway exists. It is not the baseline for anything.
-func serveHTTPProxy(c *net.TCPConn) {
+func serveHTTPProxy(c *net.TCPConn, cp copyFunc) {
 	br := bufio.NewReader(c)
 	tr := &http.Transport{
 		Proxy:               nil,
@@ -30,7 +30,7 @@ func serveHTTPProxy(c *net.TCPConn) {
 		}
 		c.SetReadDeadline(time.Time{})
 		if req.Method == http.MethodConnect {
-			proxyConnect(c, br, req)
+			proxyConnect(c, br, req, cp)
 			return
 		}
 		if !proxyForward(c, tr, req) {
@@ -41,7 +41,7 @@ func serveHTTPProxy(c *net.TCPConn) {
 
 // proxyConnect answers a CONNECT and splices; bytes the client pipelined
 // after the request are flushed to the target first.
-func proxyConnect(c *net.TCPConn, br *bufio.Reader, req *http.Request) {
+func proxyConnect(c *net.TCPConn, br *bufio.Reader, req *http.Request, cp copyFunc) {
 	ap, err := netip.ParseAddrPort(req.Host)
 	if err != nil {
 		io.WriteString(c, "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
@@ -62,7 +62,7 @@ func proxyConnect(c *net.TCPConn, br *bufio.Reader, req *http.Request) {
 			return
 		}
 	}
-	splice(c, t)
+	splice(c, t, cp)
 }
 
 // proxyForward relays one absolute-URI request; it reports whether the

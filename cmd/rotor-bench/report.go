@@ -16,23 +16,24 @@ import (
 // report is everything one run produced; it is printed as a table and
 // written as JSON with -json.
 type report struct {
-	Timestamp string        `json:"timestamp"`
-	Commit    string        `json:"commit"` // git rev-parse HEAD, empty outside a repo
-	GoVersion string        `json:"go_version"`
-	CPUs      int           `json:"cpus"`
-	LoadStart string        `json:"loadavg_start"` // /proc/loadavg 1/5/15 min: noise context
-	LoadEnd   string        `json:"loadavg_end"`
-	Mode      string        `json:"mode"` // spawn | external | relay-as-gateway | baseline-only
-	Args      []string      `json:"args"`
-	Flags     options       `json:"flags"`
-	Relay     string        `json:"relay"`
-	Gateway   gatewayInfo   `json:"gateway"`
-	Table     []row         `json:"table"`
-	Idle      *idleResult   `json:"idle,omitempty"`
-	Bulk      []bulkResult  `json:"bulk,omitempty"`
-	Setup     []setupResult `json:"setup,omitempty"`
-	HTTP      []httpResult  `json:"http,omitempty"`
-	Notes     []string      `json:"notes"`
+	Timestamp string            `json:"timestamp"`
+	Commit    string            `json:"commit"`       // git rev-parse HEAD, empty outside a repo
+	Dirty     bool              `json:"commit_dirty"` // tracked files differ from the commit
+	GoVersion string            `json:"go_version"`
+	CPUs      int               `json:"cpus"`
+	LoadStart string            `json:"loadavg_start"` // /proc/loadavg 1/5/15 min: noise context
+	LoadEnd   string            `json:"loadavg_end"`
+	Mode      string            `json:"mode"` // spawn | external | relay-as-gateway | baseline-only
+	Args      []string          `json:"args"`
+	Flags     map[string]string `json:"flags"`
+	Relay     string            `json:"relay"`
+	Gateway   gatewayInfo       `json:"gateway"`
+	Table     []row             `json:"table"`
+	Idle      *idleResult       `json:"idle,omitempty"`
+	Bulk      []bulkResult      `json:"bulk,omitempty"`
+	Setup     []setupResult     `json:"setup,omitempty"`
+	HTTP      []httpResult      `json:"http,omitempty"`
+	Notes     []string          `json:"notes"`
 }
 
 // gatewayInfo describes the gateway under test.
@@ -67,11 +68,15 @@ func newReport(o *options) *report {
 		CPUs:      runtime.NumCPU(),
 		LoadStart: loadAvg(),
 		Args:      o.args,
-		Flags:     *o,
+		Flags:     o.values,
 		Notes:     []string{},
 	}
-	if out, err := exec.Command("git", "rev-parse", "HEAD").Output(); err == nil {
+	if o.Commit != "" {
+		r.Commit, r.Dirty = o.Commit, o.CommitDirty
+	} else if out, err := exec.Command("git", "rev-parse", "HEAD").Output(); err == nil {
 		r.Commit = strings.TrimSpace(string(out))
+		st, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no").Output()
+		r.Dirty = err == nil && len(strings.TrimSpace(string(st))) > 0
 	}
 	return r
 }
@@ -100,6 +105,45 @@ func medianOf[T any](xs []T, match func(T) bool, key func(T) float64) (T, bool) 
 		return 0
 	})
 	return m[(len(m)-1)/2], true
+}
+
+// pairedRatio returns the median over rounds of gateway/baseline, pairing
+// the runs of the same round (they ran back to back, so machine noise hits
+// both alike). It returns nil unless at least two rounds pair up.
+func pairedRatio[T any](xs []T, isGW, isBase func(T) bool, round func(T) int, key func(T) float64) *float64 {
+	base := map[int]float64{}
+	for _, x := range xs {
+		if isBase(x) {
+			base[round(x)] = key(x)
+		}
+	}
+	var rs []float64
+	for _, x := range xs {
+		if b, ok := base[round(x)]; ok && isGW(x) && b > 0 {
+			rs = append(rs, key(x)/b)
+		}
+	}
+	if len(rs) < 2 {
+		return nil
+	}
+	slices.Sort(rs)
+	return fptr(rs[(len(rs)-1)/2])
+}
+
+// withRatio replaces rw's ratio (and verdict) with r when r is not nil.
+func withRatio(rw row, r *float64, atLeast bool, bound float64) row {
+	if r == nil {
+		return rw
+	}
+	rw.Ratio = r
+	if bound > 0 {
+		if atLeast {
+			rw.Pass = ptr(*r >= bound)
+		} else {
+			rw.Pass = ptr(*r <= bound)
+		}
+	}
+	return rw
 }
 
 // ratioRow builds a row whose target is a bound on gateway/baseline.
@@ -146,9 +190,13 @@ func intF(p *int) *float64 {
 
 // WriteText prints the header, the table and the notes.
 func (r *report) WriteText(w io.Writer) {
-	fmt.Fprintf(w, "rotor-bench %s  mode=%s  commit=%s  %s  cpus=%d\n", r.Timestamp, r.Mode, orDash(r.Commit), r.GoVersion, r.CPUs)
-	fmt.Fprintf(w, "relay=%s  gateway socks5=%s http=%s pid=%d  duration=%s rounds=%d  loadavg %s -> %s\n\n",
-		r.Relay, orDash(r.Gateway.SOCKS5), orDash(r.Gateway.HTTP), r.Gateway.PID, r.Flags.Duration, r.Flags.Rounds,
+	commit := orDash(r.Commit)
+	if r.Dirty {
+		commit += "+dirty"
+	}
+	fmt.Fprintf(w, "rotor-bench %s  mode=%s  commit=%s  %s  cpus=%d\n", r.Timestamp, r.Mode, commit, r.GoVersion, r.CPUs)
+	fmt.Fprintf(w, "relay=%s  gateway socks5=%s http=%s pid=%d  duration=%s rounds=%s  loadavg %s -> %s\n\n",
+		r.Relay, orDash(r.Gateway.SOCKS5), orDash(r.Gateway.HTTP), r.Gateway.PID, r.Flags["duration"], r.Flags["rounds"],
 		orDash(r.LoadStart), orDash(r.LoadEnd))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "figure\tunit\tgateway\tbaseline\tratio\ttarget\tpass\t")

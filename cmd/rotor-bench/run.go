@@ -27,7 +27,7 @@ func run(ctx context.Context, o *options, logf func(string, ...any)) (*report, e
 	}
 	defer tg.Close()
 	e := &env{
-		dur: o.Duration, bulkBytes: o.BulkBytes, idleHold: o.IdleHold, toolNofile: toolNofile,
+		dur: o.Duration, bulkBytes: o.BulkBytes, idleHold: o.IdleHold, idleOpen: o.IdleTimeout, toolNofile: toolNofile,
 		sourceAddr: tg.source.Addr(), echoAddr: tg.echo.Addr(), httpURL: tg.HTTPURL(),
 	}
 
@@ -37,7 +37,7 @@ func run(ctx context.Context, o *options, logf func(string, ...any)) (*report, e
 		relayHTTP = "127.0.0.1:0"
 	}
 	if o.RelayInProc {
-		r, err := startRelay(o.RelayListen, relayHTTP)
+		r, err := startRelay(o.RelayListen, relayHTTP, copyFuncs[o.RelayCopy])
 		if err != nil {
 			return nil, fmt.Errorf("relay: %w", err)
 		}
@@ -48,7 +48,7 @@ func run(ctx context.Context, o *options, logf func(string, ...any)) (*report, e
 		}
 		rep.note("relay ran in-process: no relay CPU/RSS/fd figures")
 	} else {
-		r, err := startRelayChild(o.RelayListen, relayHTTP)
+		r, err := startRelayChild(o.RelayListen, relayHTTP, o.RelayCopy)
 		if err != nil {
 			return nil, fmt.Errorf("relay: %w", err)
 		}
@@ -57,6 +57,7 @@ func run(ctx context.Context, o *options, logf func(string, ...any)) (*report, e
 	}
 	e.baseline = socks5Dialer{proxy: e.relayAddr}
 	rep.Relay = e.relayAddr
+	rep.note("relay copy mode %q (see -relay-copy)", o.RelayCopy)
 	logf("relay on %s (pid %d), targets: source %s echo %s http %s", e.relayAddr, e.relayPID, e.sourceAddr, e.echoAddr, e.httpURL)
 
 	gw := &rep.Gateway
@@ -162,23 +163,31 @@ func checkFronts(ctx context.Context, e *env, gw *gatewayInfo, rep *report, logf
 func runPhases(ctx context.Context, o *options, e *env, rep *report, logf func(string, ...any)) {
 	if o.Only["idle"] && o.Idle > 0 && len(e.fronts) > 0 && ctx.Err() == nil {
 		n := o.Idle
-		need := uint64(2*n + 512) // client side + echo side in this process
+		// This process holds the client and the echo side of each tunnel;
+		// the relay holds 2 fds per idle tunnel, or 6 with -relay-copy iocopy.
+		perTool := 2
 		if o.RelayInProc {
-			need += uint64(2 * n)
+			perTool += 6 // the relay's share, at worst
 		}
-		if e.toolNofile > 0 && need > e.toolNofile {
-			n = int((e.toolNofile - 512) / 2)
-			if o.RelayInProc {
-				n /= 2
-			}
-			rep.note("idle: RLIMIT_NOFILE %d only allows %d tunnels, not %d", e.toolNofile, n, o.Idle)
+		if e.toolNofile > 0 && uint64(perTool*n+512) > e.toolNofile {
+			n = int(e.toolNofile-512) / perTool
+			rep.note("idle: this tool's RLIMIT_NOFILE %d only allows %d tunnels, not %d", e.toolNofile, n, o.Idle)
+		}
+		perRelay := int64(2)
+		if o.RelayCopy == "iocopy" {
+			perRelay = 6
+		}
+		if lim, err := procNofile(e.relayPID); e.relayPID > 0 && err == nil && lim > 0 && perRelay*int64(n)+256 > lim {
+			n = int((lim - 256) / perRelay)
+			rep.note("idle: the relay's RLIMIT_NOFILE %d only allows %d tunnels, not %d (run as root to raise it)", lim, n, o.Idle)
 		}
 		f := e.fronts[0]
 		logf("idle: holding %d tunnels via %s", n, f.Name)
 		rep.Idle = ptr(runIdle(ctx, e, f.Name, f.D, n))
-		sleepCtx(ctx, settle)
+		e.pause(ctx)
 	}
-	if o.Warmup > 0 && ctx.Err() == nil {
+	timed := o.Only["bulk"] || o.Only["parallel"] || o.Only["setup"] || o.Only["http"]
+	if o.Warmup > 0 && timed && ctx.Err() == nil {
 		warm := *e
 		warm.dur, warm.warmup = o.Warmup, true
 		runRound(ctx, o, &warm, &report{}, -1, func(string, ...any) {})
@@ -210,9 +219,10 @@ func runRound(ctx context.Context, o *options, e *env, rep *report, round int, l
 			}
 			logf("setup (round %d): %s, %d workers", round+1, p.Name, o.Workers)
 			r := runSetup(ctx, e, p.Name, p.D, o.Workers)
+			r.Round = round + 1
 			logf("  %.0f tunnels/s, p50 %.2f ms, p99 %.2f ms, %d failures", r.Rate, r.P50Ms, r.P99Ms, r.Failures)
 			rep.Setup = append(rep.Setup, r)
-			sleepCtx(ctx, settle)
+			e.pause(ctx)
 		}
 	}
 	if o.Only["http"] {
@@ -226,10 +236,18 @@ func runRound(ctx context.Context, o *options, e *env, rep *report, round int, l
 			}
 			logf("http (round %d): %s, %d workers", round+1, p.name, o.Workers)
 			r := runHTTP(ctx, e, p.name, p.proxy, o.Workers)
+			r.Round = round + 1
 			logf("  %.0f req/s, %d failures", r.Rate, r.Failures)
 			rep.HTTP = append(rep.HTTP, r)
-			sleepCtx(ctx, settle)
+			e.pause(ctx)
 		}
+	}
+}
+
+// pause waits between measurements (not during the warm-up).
+func (e *env) pause(ctx context.Context) {
+	if !e.warmup {
+		sleepCtx(ctx, settle)
 	}
 }
 
@@ -246,9 +264,10 @@ func bulkPaths(ctx context.Context, e *env, streams, round int, logf func(string
 		}
 		logf("bulk (round %d): %s, %d stream(s)", round+1, p.Name, streams)
 		r := runBulk(ctx, e, p.Name, p.D, streams)
+		r.Round = round + 1
 		logf("  %.0f MB/s", r.MBps)
 		out = append(out, r)
-		sleepCtx(ctx, settle)
+		e.pause(ctx)
 	}
 	return out
 }
