@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net"
 	"strconv"
+	"strings"
 )
 
 // checkExposure refuses configurations that would make rotor an open proxy
@@ -41,28 +42,50 @@ func isLoopback(addr string) bool {
 
 // selfTarget reports whether addr (a client's requested target) is one of
 // rotor's own listeners, which clients must not reach through rotor (a
-// loop, or a way around the admin API's loopback binding).
+// loop, or a way around the admin API's loopback binding). Hosts are
+// compared the way a dialer would read them: case-insensitive, trailing
+// dot ignored, empty host meaning this machine, ports with leading zeros.
 func (s *Server) selfTarget(addr string) bool {
-	host, port, err := net.SplitHostPort(addr)
+	host, portStr, err := net.SplitHostPort(addr)
 	if err != nil {
 		return false
 	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil {
+		return false
+	}
+	host = strings.TrimSuffix(strings.ToLower(strings.Trim(host, "[]")), ".")
 	ip := net.ParseIP(host)
-	local := host == "localhost" || (ip != nil && (ip.IsLoopback() || ip.IsUnspecified()))
+	local := host == "" || host == "localhost" || strings.HasSuffix(host, ".localhost") ||
+		(ip != nil && (ip.IsLoopback() || ip.IsUnspecified()))
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, ln := range s.listeners {
 		la, ok := ln.Addr().(*net.TCPAddr)
-		if !ok || port != itoa(la.Port) {
+		if !ok || port != la.Port {
 			continue
 		}
-		if local || (ip != nil && ip.Equal(la.IP)) {
+		if local || (ip != nil && ip.Equal(la.IP)) || (ip != nil && la.IP.IsUnspecified() && isLocalIP(ip)) {
 			return true
 		}
 	}
 	return false
 }
 
-func itoa(n int) string { return strconv.Itoa(n) }
+// isLocalIP reports whether ip is assigned to an interface of this machine
+// (a listener on 0.0.0.0 is reachable on all of them).
+func isLocalIP(ip net.IP) bool {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return false
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && n.IP.Equal(ip) {
+			return true
+		}
+	}
+	return false
+}
+
 
 var errSelfTarget = errors.New("rotor does not proxy to its own listeners")

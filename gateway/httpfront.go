@@ -104,7 +104,6 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request, params use
 		return
 	}
 	c, rw, err := hj.Hijack()
-	defer s.releaseHijacked(c)
 	if err != nil {
 		_ = lease.Conn.Close()
 		lease.Done()
@@ -121,9 +120,10 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request, params use
 		_ = c.Close()
 		_ = lease.Conn.Close()
 		lease.Done()
+		s.releaseHijacked(c)
 		return
 	}
-	s.runTunnel(id, "http", c, lease, pending, addr, params.User, start)
+	s.runTunnel(id, "http", c, lease, pending, addr, params.User, start, func() { s.releaseHijacked(c) })
 }
 
 // httpConnState counts HTTP front connections against the limits. A

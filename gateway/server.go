@@ -43,6 +43,7 @@ type Server struct {
 	listeners map[string]net.Listener
 	servers   []*http.Server
 	wg        sync.WaitGroup // accept loops, conn handlers, prober
+	tunnelWG  sync.WaitGroup // relays of established tunnels
 }
 
 // Options are the non-config dependencies of a Server.
@@ -237,6 +238,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.log.Warn().Int("tunnels", n).Msg("shutdown grace over: closing open tunnels")
 	}
 	hwg.Wait()
+	s.tunnelWG.Wait()
 	s.cancel()
 	s.wg.Wait()
 	s.stopStateFile()

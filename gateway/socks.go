@@ -1,6 +1,8 @@
 package gateway
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -63,25 +65,60 @@ func (s *Server) acceptSOCKS(ln net.Listener) {
 			continue
 		}
 		conns.Add(1)
-		go func() { // owner: acceptSOCKS; ends when the client's tunnel ends
+		go func() { // owner: acceptSOCKS; ends when the handshake is over (the tunnel runs on)
 			defer conns.Done()
-			defer release()
-			s.serveSOCKS(c)
+			s.serveSOCKS(c, release)
 		}()
 	}
 }
 
-// refuseSOCKS answers an over-limit client with a general failure.
+// refuseSOCKS answers an over-limit client with a proper refusal instead
+// of a reset: it completes the method negotiation with a method the client
+// offered (no-auth, else username/password, whose credentials it does not
+// check since it will not serve), reads the request and replies 0x01
+// general failure (RFC 1928 section 6). Bounded by a short deadline.
 func (s *Server) refuseSOCKS(c net.Conn) {
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
-	buf := make([]byte, 258)
-	if _, err := io.ReadAtLeast(c, buf, 2); err != nil {
+	br := bufio.NewReaderSize(c, 512)
+	head := make([]byte, 2)
+	if _, err := io.ReadFull(br, head); err != nil || head[0] != 5 {
 		return
 	}
-	_, _ = c.Write([]byte{5, 0})
-	_, _ = c.Read(buf)
-	_, _ = c.Write([]byte{5, repGeneralFailure, 0, 1, 0, 0, 0, 0, 0, 0})
+	methods := make([]byte, head[1])
+	if _, err := io.ReadFull(br, methods); err != nil {
+		return
+	}
+	switch {
+	case bytes.IndexByte(methods, 0x00) >= 0:
+		_, _ = c.Write([]byte{5, 0x00})
+	case bytes.IndexByte(methods, 0x02) >= 0:
+		_, _ = c.Write([]byte{5, 0x02})
+		// RFC 1929: VER ULEN UNAME PLEN PASSWD.
+		var n [2]byte
+		if _, err := io.ReadFull(br, n[:]); err != nil {
+			return
+		}
+		if _, err := br.Discard(int(n[1])); err != nil {
+			return
+		}
+		if _, err := io.ReadFull(br, n[:1]); err != nil {
+			return
+		}
+		if _, err := br.Discard(int(n[0])); err != nil {
+			return
+		}
+		_, _ = c.Write([]byte{1, 0})
+	default:
+		_, _ = c.Write([]byte{5, 0xFF})
+		return
+	}
+	// The request: VER CMD RSV ATYP DST.ADDR DST.PORT.
+	req := make([]byte, 4)
+	if _, err := io.ReadFull(br, req); err != nil {
+		return
+	}
+	_, _ = c.Write(socksReply(repGeneralFailure, nil))
 	s.metrics.tunnelDone("socks5", "refused_limit")
 }
 
@@ -90,9 +127,18 @@ func (s *Server) refuseSOCKS(c net.Conn) {
 // it picks and dials the upstream, writes the reply itself (so the reply
 // code says what really happened, RFC 1928 section 6), and relays the
 // tunnel between the raw connections.
-func (s *Server) serveSOCKS(c net.Conn) {
+//
+// release frees the connection's limit slot: at return when no tunnel was
+// started, else when the tunnel ends.
+func (s *Server) serveSOCKS(c net.Conn, release func()) {
 	id := s.connID.Add(1)
 	defer s.recoverConn("socks5", id, c)
+	detached := false
+	defer func() {
+		if !detached {
+			release()
+		}
+	}()
 	cfg := s.cfg.Load()
 	auth := s.auth.Load()
 	_ = c.SetDeadline(time.Now().Add(cfg.Listen.HandshakeTimeout))
@@ -117,7 +163,7 @@ func (s *Server) serveSOCKS(c net.Conn) {
 			handled = true
 			_ = c.SetDeadline(time.Time{})
 			cc.hijack()
-			s.socksTunnel(id, c, cc.leftover(userPass), parseUser(user), addr)
+			detached = s.socksTunnel(id, c, cc.leftover(userPass), parseUser(user), addr, release)
 			return nil, errHandled
 		},
 	}
@@ -137,14 +183,15 @@ func (s *Server) serveSOCKS(c net.Conn) {
 	}
 }
 
-// socksTunnel dials the target through the pool and relays.
-func (s *Server) socksTunnel(id uint64, c net.Conn, pending []byte, params userParams, addr string) {
+// socksTunnel dials the target through the pool and starts the relay. It
+// reports whether a tunnel now owns c (and will call release).
+func (s *Server) socksTunnel(id uint64, c net.Conn, pending []byte, params userParams, addr string, release func()) bool {
 	start := time.Now()
 	if s.selfTarget(addr) {
 		_, _ = c.Write(socksReply(repNotAllowed, nil))
 		_ = c.Close()
 		s.logTunnel(id, "socks5", c, params.User, addr, nil, errSelfTarget, relayResult{}, start)
-		return
+		return false
 	}
 	req := upstream.Request{Addr: addr, Tags: params.Tags, Session: params.Session}
 	ctx, cancel := context.WithCancel(s.ctx)
@@ -154,10 +201,11 @@ func (s *Server) socksTunnel(id uint64, c net.Conn, pending []byte, params userP
 		_, _ = c.Write(socksReply(socksCode(err), nil))
 		_ = c.Close()
 		s.logTunnel(id, "socks5", c, params.User, addr, nil, err, relayResult{}, start)
-		return
+		return false
 	}
 	_, _ = c.Write(socksReply(repSuccess, lease.Conn.LocalAddr()))
-	s.runTunnel(id, "socks5", c, lease, pending, addr, params.User, start)
+	s.runTunnel(id, "socks5", c, lease, pending, addr, params.User, start, release)
+	return true
 }
 
 // socksReply encodes a reply with BND.ADDR from bind (0.0.0.0:0 when nil).

@@ -149,19 +149,27 @@ func closeWrite(c net.Conn) {
 	_ = c.Close()
 }
 
-// runTunnel relays an established tunnel for its whole life: it is counted
-// in the drain registry and metrics, its slow-body failures are reported,
-// the lease is released and the one summary line is written.
-func (s *Server) runTunnel(id uint64, front string, c net.Conn, lease *upstream.Lease, pending []byte, addr, user string, start time.Time) {
+// runTunnel starts the relay of an established tunnel and returns: the
+// tunnel runs on fresh goroutines, so the front's handler (its stack, and
+// go-socks5's or net/http's buffers) is freed while the tunnel idles. The
+// tunnel is counted in the drain registry and metrics, its slow-body
+// failures are reported, and at its end the lease is released, onEnd runs
+// (the connection-limit slot) and the one summary line is written.
+func (s *Server) runTunnel(id uint64, front string, c net.Conn, lease *upstream.Lease, pending []byte, addr, user string, start time.Time, onEnd func()) {
 	cfg := s.cfg.Load()
 	s.metrics.dialLatency(lease.Setup)
 	s.tunnels.add(id, c, lease.Conn)
 	s.metrics.tunnelStart(front)
-	res := relay(c, lease.Conn, pending, cfg.SlowBody, cfg.TunnelIdleTimeout, s.stallReporter(lease, addr))
-	s.tunnels.remove(id)
-	s.metrics.tunnelEnd(front)
-	s.finishLease(lease, addr, res)
-	s.logTunnel(id, front, c, user, addr, lease, nil, res, start)
+	s.tunnelWG.Add(1)
+	go func() { // owner: Server (tunnelWG); ends when both directions end or Shutdown force-closes
+		defer s.tunnelWG.Done()
+		defer onEnd()
+		res := relay(c, lease.Conn, pending, cfg.SlowBody, cfg.TunnelIdleTimeout, s.stallReporter(lease, addr))
+		s.tunnels.remove(id)
+		s.metrics.tunnelEnd(front)
+		s.finishLease(lease, addr, res)
+		s.logTunnel(id, front, c, user, addr, lease, nil, res, start)
+	}()
 }
 
 // copyConn copies src to dst: splice without idle pipes between raw TCP
