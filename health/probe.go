@@ -89,7 +89,15 @@ var aLongTimeAgo = time.Unix(1, 0)
 func (p *probeSpec) run(ctx context.Context, d Dialer) error {
 	ctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
-	raw, err := d.DialContext(ctx, "tcp", p.addr)
+	var raw net.Conn
+	var err error
+	proxyAuth, forward := "", false
+	if fd, ok := d.(ForwardDialer); ok && !p.tls {
+		raw, proxyAuth, forward, err = fd.DialForward(ctx)
+	}
+	if !forward && err == nil {
+		raw, err = d.DialContext(ctx, "tcp", p.addr)
+	}
 	if err != nil {
 		return err
 	}
@@ -118,8 +126,16 @@ func (p *probeSpec) run(ctx context.Context, d Dialer) error {
 		}
 		conn = tc
 	}
-	req := "GET " + p.path + " HTTP/1.1\r\nHost: " + p.reqHost +
-		"\r\nUser-Agent: rotor-probe\r\nAccept: */*\r\nConnection: close\r\n\r\n"
+	target := p.path
+	extra := ""
+	if forward {
+		target = "http://" + p.reqHost + p.path
+		if proxyAuth != "" {
+			extra = "Proxy-Authorization: " + proxyAuth + "\r\n"
+		}
+	}
+	req := "GET " + target + " HTTP/1.1\r\nHost: " + p.reqHost +
+		"\r\nUser-Agent: rotor-probe\r\nAccept: */*\r\nConnection: close\r\n" + extra + "\r\n"
 	if _, err := io.WriteString(conn, req); err != nil {
 		return fmt.Errorf("probe write: %w", err)
 	}
@@ -132,6 +148,9 @@ func (p *probeSpec) run(ctx context.Context, d Dialer) error {
 		return fmt.Errorf("probe response: %w", err)
 	}
 	defer resp.Body.Close()
+	if forward && resp.StatusCode == http.StatusProxyAuthRequired {
+		return &Failure{Class: AuthRejected, Stage: StageProxyAuth, Err: &StatusError{StatusCode: resp.StatusCode}}
+	}
 	if !slices.Contains(p.expect, resp.StatusCode) {
 		return &StatusError{StatusCode: resp.StatusCode}
 	}
@@ -147,6 +166,16 @@ func (p *probeSpec) run(ctx context.Context, d Dialer) error {
 		return fmt.Errorf("probe body: %w", err)
 	}
 	return errors.New("probe body: expected text not found")
+}
+
+// ForwardDialer is implemented by dialers of plain HTTP proxies. For an
+// http:// probe URL the probe then sends its GET in absolute form to the
+// proxy, the way rotor forwards plain-HTTP traffic, rather than through a
+// CONNECT tunnel: stock squid and tinyproxy configurations refuse CONNECT
+// to port 80, which would keep every such upstream out of the pool. ok is
+// false when the dialer cannot forward (the probe then tunnels).
+type ForwardDialer interface {
+	DialForward(ctx context.Context) (c net.Conn, proxyAuth string, ok bool, err error)
 }
 
 // StatusError is a probe answered with a status not in expect_status.

@@ -235,3 +235,24 @@ func (c *bufferedConn) CloseWrite() error {
 
 // NetConn returns the underlying conn, like tls.Conn.NetConn.
 func (c *bufferedConn) NetConn() net.Conn { return c.Conn }
+
+// DialForward opens a plain TCP connection to an http:// proxy for a request
+// in absolute form (GET http://host/path), and returns the value of the
+// Proxy-Authorization header to send with it ("" without credentials). It
+// is how the prober reaches http:// probe URLs through HTTP proxies, the
+// same way rotor forwards plain-HTTP traffic: stock squid and tinyproxy
+// refuse CONNECT to port 80. https:// proxies return ok=false (TLS to the
+// proxy is the CONNECT path's job).
+func (d *connectDialer) DialForward(ctx context.Context) (c net.Conn, proxyAuth string, ok bool, err error) {
+	if d.tls != nil {
+		return nil, "", false, nil
+	}
+	c, err = d.dialProxy(ctx, d.host)
+	if err != nil {
+		return nil, "", true, err
+	}
+	if d.hasAuth {
+		proxyAuth = "Basic " + d.basicToken()
+	}
+	return c, proxyAuth, true, nil
+}

@@ -337,3 +337,32 @@ func TestPasswordNeverInErrors(t *testing.T) {
 }
 
 func urlUser(user, pass string) *url.Userinfo { return url.UserPassword(user, pass) }
+
+func TestDialForwardReachesHTTPProxyOnly(t *testing.T) {
+	up := upstreamtest.NewHTTPProxy(t, upstreamtest.Options{Username: "u", Password: "p"})
+	d, err := NewDialer(up.URL(), DialConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fd, ok := d.(interface {
+		DialForward(context.Context) (net.Conn, string, bool, error)
+	})
+	if !ok {
+		t.Fatal("http dialer does not implement DialForward")
+	}
+	c, auth, ok, err := fd.DialForward(context.Background())
+	if err != nil || !ok {
+		t.Fatalf("DialForward: %v %v", ok, err)
+	}
+	c.Close()
+	if auth != "Basic dTpw" {
+		t.Errorf("proxy auth %q", auth)
+	}
+	tlsUp := upstreamtest.NewHTTPProxy(t, upstreamtest.Options{TLS: true})
+	d2, _ := NewDialer(tlsUp.URL(), DialConfig{TLS: tlsUp.ClientTLS()})
+	if _, _, ok, _ := d2.(interface {
+		DialForward(context.Context) (net.Conn, string, bool, error)
+	}).DialForward(context.Background()); ok {
+		t.Error("https proxy offered plain forwarding")
+	}
+}
