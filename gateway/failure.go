@@ -28,8 +28,14 @@ type clientFailure struct {
 //   - every attempt failed on the upstreams themselves: SOCKS 0x01, HTTP 502.
 func explain(err error) clientFailure {
 	if errors.Is(err, upstream.ErrNoEligible) {
-		return clientFailure{SOCKS: repGeneralFailure, Status: http.StatusServiceUnavailable, Header: "unavailable",
+		cf := clientFailure{SOCKS: repGeneralFailure, Status: http.StatusServiceUnavailable, Header: "unavailable",
 			Reason: "no upstream proxy became eligible within pool.wait_for_upstream"}
+		var ne *upstream.NoEligibleError
+		if errors.As(err, &ne) {
+			// Name the tags the client asked for (issue 9).
+			cf.Reason = ne.Error() + " (waited pool.wait_for_upstream)"
+		}
+		return cf
 	}
 	var f *health.Failure
 	if !errors.As(err, &f) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/rotor-proxy/rotor/health"
@@ -14,6 +15,27 @@ import (
 // ErrNoEligible is returned when no endpoint became eligible within
 // pool.wait_for_upstream.
 var ErrNoEligible = errors.New("no eligible upstream")
+
+// NoEligibleError is the ErrNoEligible of a request restricted by tags: it
+// names the tags, so the client learns why (errors.Is(err, ErrNoEligible)
+// holds).
+type NoEligibleError struct {
+	Tags []string
+	// Matching is how many endpoints of the set carry every tag (0: no
+	// upstream is configured with them, a likely typo).
+	Matching int
+}
+
+func (e *NoEligibleError) Error() string {
+	tags := strings.Join(e.Tags, ",")
+	if e.Matching == 0 {
+		return "no eligible upstream: no upstream has tags " + tags
+	}
+	return fmt.Sprintf("no eligible upstream: none of the %d upstreams with tags %s is eligible", e.Matching, tags)
+}
+
+// Is makes errors.Is(err, ErrNoEligible) true.
+func (e *NoEligibleError) Is(target error) bool { return target == ErrNoEligible }
 
 // Request describes what one client connection asks the pool for.
 type Request struct {
@@ -84,7 +106,7 @@ type Lease struct {
 
 	pool  *Pool
 	epoch uint64 // health epoch when leased: stale outcomes only count
-	done  bool
+	done  atomic.Bool
 }
 
 // Fail reports a failure observed after the tunnel was established
@@ -93,13 +115,12 @@ func (l *Lease) Fail(f *health.Failure) {
 	l.pool.tr.FailEpoch(l.Endpoint.rec, l.epoch, f)
 }
 
-// Done releases the lease. It does not close Conn.
+// Done releases the lease. It does not close Conn. Calls after the first
+// are ignored, so the active count stays exact.
 func (l *Lease) Done() {
-	if l.done {
-		return
+	if l.done.CompareAndSwap(false, true) {
+		l.pool.release(l.Endpoint)
 	}
-	l.done = true
-	l.Endpoint.active.Add(-1)
 }
 
 // Dial establishes a connection to req.Addr through an eligible endpoint.
@@ -112,7 +133,11 @@ func (l *Lease) Done() {
 // are returned at once: another upstream would meet the same target. When
 // no endpoint is eligible and none has been tried, Dial waits up to
 // pool.wait_for_upstream, woken by the tracker as soon as one becomes
-// eligible, then returns ErrNoEligible.
+// eligible (or by a slot freeing on a saturated endpoint), then returns an
+// error that satisfies errors.Is(err, ErrNoEligible).
+//
+// The duration of each successful dial + proxy handshake feeds the
+// endpoint's smoothed latency (see Endpoint.DialContext).
 func (p *Pool) Dial(ctx context.Context, req Request) (*Lease, error) {
 	start := p.clock.Now()
 	a := p.NewAttempts(req)
@@ -121,7 +146,7 @@ func (p *Pool) Dial(ctx context.Context, req Request) (*Lease, error) {
 		if err != nil {
 			return nil, err
 		}
-		conn, err := e.dialer.DialContext(ctx, "tcp", req.Addr)
+		conn, err := e.DialContext(ctx, "tcp", req.Addr)
 		if err == nil {
 			a.Succeeded(e)
 			return &Lease{Conn: conn, Endpoint: e, Attempts: a.list, Setup: p.clock.Now().Sub(start), pool: p, epoch: p.tr.Epoch(e.rec)}, nil
@@ -136,11 +161,14 @@ func (p *Pool) Dial(ctx context.Context, req Request) (*Lease, error) {
 // do their own I/O per endpoint (plain-HTTP forwarding). Not safe for
 // concurrent use.
 type Attempts struct {
-	p         *Pool
-	req       Request
-	host      string
-	list      []Attempt
-	tried     []*Endpoint
+	p     *Pool
+	req   Request
+	host  string
+	list  []Attempt
+	tried []*Endpoint
+	// rateWait is the shortest time until a rate-limited endpoint refused
+	// by the last pick has a token again (0: none was).
+	rateWait  time.Duration
 	waitTimer <-chan time.Time
 }
 
@@ -154,34 +182,116 @@ func (a *Attempts) List() []Attempt { return a.list }
 
 // Next returns the next endpoint to try, counted as active (release it with
 // Release or through a Lease). Every endpoint it returns counts as one of
-// pool.max_attempts, whether it then fails or is retried for its answer. It waits for an eligible endpoint when none
-// has been tried yet; it returns ErrNoEligible when the wait expires, an
-// *AttemptsError when attempts ran out or no untried endpoint is left.
+// pool.max_attempts, whether it then fails or is retried for its answer.
+// It waits for an eligible endpoint when none has been tried yet; when the
+// wait expires it returns ErrNoEligible (a *NoEligibleError naming the tags
+// when the request has some); an *AttemptsError when attempts ran out or no
+// untried endpoint is left.
 func (a *Attempts) Next(ctx context.Context) (*Endpoint, error) {
 	p := a.p
+	registered := false
+	defer func() {
+		if registered {
+			p.slotWaiters.Add(-1)
+		}
+	}()
 	for len(a.tried) < p.cfg.MaxAttempts {
+		// Take the wake-up channels before picking, so a change between
+		// the pick and the wait is not lost.
 		changed := p.tr.Changed()
-		if e := p.pick(a.req, a.host, a.tried); e != nil {
+		freed := *p.freed.Load()
+		a.rateWait = 0
+		if e := p.pick(a); e != nil {
 			a.tried = append(a.tried, e)
 			return e, nil
 		}
 		if len(a.tried) > 0 {
 			break
 		}
+		if !registered {
+			// Ask releases to signal from now on, then pick once more:
+			// a slot freed before the registration is seen by that pick.
+			registered = true
+			p.slotWaiters.Add(1)
+			continue
+		}
 		if a.waitTimer == nil {
 			a.waitTimer = p.clock.After(p.cfg.WaitForUpstream)
 		}
-		if err := p.wait(ctx, changed, a.waitTimer); err != nil {
+		var retry <-chan time.Time
+		if a.rateWait > 0 {
+			retry = p.clock.After(a.rateWait)
+		}
+		if err := p.wait(ctx, changed, freed, retry, a.waitTimer); err != nil {
+			if errors.Is(err, ErrNoEligible) && len(a.req.Tags) > 0 {
+				return nil, a.noEligible()
+			}
 			return nil, err
 		}
 	}
 	return nil, &AttemptsError{Attempts: a.list}
 }
 
-// Succeeded reports a successful attempt on e (which stays active).
+// noEligible explains an expired wait of a request with tags.
+func (a *Attempts) noEligible() error {
+	n := 0
+	for _, e := range a.p.Endpoints() {
+		if e.HasTags(a.req.Tags) {
+			n++
+		}
+	}
+	return &NoEligibleError{Tags: a.req.Tags, Matching: n}
+}
+
+// admit is the filter every strategy consults (see admitter). Checks are
+// ordered so that nothing is spent on an endpoint that is then refused:
+// free checks first (state, attempts, tags), then the reversible
+// reservations (a max_conns slot, a rate token: undone on refusal), and
+// last the only irreversible one, the tracker's slow-start slot in
+// AdmitTarget, which is consumed only when it answers yes.
+func (a *Attempts) admit(h *hot) bool {
+	p := a.p
+	if !p.tr.Eligible(h.rec) {
+		return false
+	}
+	for _, t := range a.tried {
+		if t.ld == h.ld { // same identity, even across a reload
+			return false
+		}
+	}
+	if len(a.req.Tags) > 0 && !h.e.HasTags(a.req.Tags) {
+		return false
+	}
+	if !reserve(h.ld, h.maxConns) {
+		return false // saturated: skipped, not failed, not cooled
+	}
+	if h.limit != nil {
+		if ok, wait := h.limit.take(); !ok {
+			h.ld.active.Add(-1)
+			if a.rateWait == 0 || wait < a.rateWait {
+				a.rateWait = wait
+			}
+			return false
+		}
+	}
+	if !p.tr.AdmitTarget(h.rec, a.host) {
+		if h.limit != nil {
+			h.limit.refund()
+		}
+		h.ld.active.Add(-1)
+		return false
+	}
+	return true
+}
+
+// Succeeded reports a successful attempt on e (which stays active). With a
+// session id the session is bound to e (its TTL slides); a session that
+// was bound to another endpoint has moved, which is logged at info.
 func (a *Attempts) Succeeded(e *Endpoint) {
 	a.p.tr.SuccessTarget(e.rec, a.host)
-	a.p.sessions.bind(a.req.Session, e)
+	if from, moved := a.p.sessions.bind(a.req.Session, e); moved {
+		a.p.log.Info().Str("session", a.req.Session).Str("from", from).Str("to", e.Name).Msg("session moved")
+	}
 }
 
 // Failed reports a failed attempt on e and releases it. It returns nil when
@@ -189,7 +299,7 @@ func (a *Attempts) Succeeded(e *Endpoint) {
 // cancellation, or an *AttemptsError after a target failure.
 func (a *Attempts) Failed(ctx context.Context, e *Endpoint, err error) error {
 	p := a.p
-	e.active.Add(-1)
+	p.release(e)
 	if ctx.Err() != nil && IsCanceled(err) {
 		// The client went away: neither a success nor a failure.
 		p.tr.Neutral(e.rec)
@@ -208,58 +318,53 @@ func (a *Attempts) Failed(ctx context.Context, e *Endpoint, err error) error {
 }
 
 // Release ends e's use by a request that Next returned it for.
-func (p *Pool) Release(e *Endpoint) { e.active.Add(-1) }
+func (p *Pool) Release(e *Endpoint) { p.release(e) }
 
 // Report records a failure observed on e after the client was answered.
 func (p *Pool) Report(e *Endpoint, f *health.Failure) { p.tr.Fail(e.rec, f) }
 
 // DialContext dials addr through e with the endpoint's own dialer. It does
-// not report to health; the pool's attempt loop does.
+// not report to health (the pool's attempt loop does), but the duration of
+// a successful dial + proxy handshake feeds e's smoothed latency, whoever
+// dials (Pool.Dial, or the gateway's plain-HTTP transports).
 func (e *Endpoint) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
-	return e.dialer.DialContext(ctx, network, addr)
+	t0 := e.clock.Now()
+	c, err := e.dialer.DialContext(ctx, network, addr)
+	if err == nil {
+		e.observeLatency(e.clock.Now().Sub(t0))
+	}
+	return c, err
 }
 
-// pick selects an untried endpoint that may take a new tunnel now, and
-// counts the tunnel as active on it.
-func (p *Pool) pick(req Request, host string, tried []*Endpoint) *Endpoint {
-	cands := p.Endpoints()
-	ok := func(e *Endpoint) bool {
-		for _, t := range tried {
-			if t == e {
-				return false
+// pick selects an endpoint a admits and reserves it: the session's
+// endpoint while it is admitted, else the strategy's choice. A session
+// whose endpoint is not admitted (cooling, banned for this host,
+// saturated, already tried) gets the strategy's choice, and Succeeded
+// moves the session there for good.
+func (p *Pool) pick(a *Attempts) *Endpoint {
+	s := p.set.Load()
+	if a.req.Session != "" {
+		if key := p.sessions.lookup(a.req.Session); key != "" {
+			if i, ok := s.byKey[key]; ok && a.admit(&s.hot[i]) {
+				return s.eps[i]
 			}
 		}
-		if len(req.Tags) > 0 && !e.HasTags(req.Tags) {
-			return false
-		}
-		if e.MaxConns > 0 && e.active.Load() >= int64(e.MaxConns) {
-			return false
-		}
-		if !p.tr.AdmitTarget(e.rec, host) {
-			return false
-		}
-		if e.limit != nil && !e.limit.take() {
-			return false
-		}
-		if n := e.active.Add(1); e.MaxConns > 0 && n > int64(e.MaxConns) {
-			e.active.Add(-1)
-			return false
-		}
-		return true
 	}
-	if s := p.sessions.lookup(req.Session); s != nil && ok(s) {
-		return s
-	}
-	return p.strategy.Pick(cands, ok)
+	return p.strategy.pick(s, a)
 }
 
-// wait blocks until the tracker signals a change, the wait expires or ctx
-// ends. It counts the client as waiting meanwhile.
-func (p *Pool) wait(ctx context.Context, changed <-chan struct{}, expired <-chan time.Time) error {
+// wait blocks until the tracker signals a change, a slot frees, a rate
+// token is due, the wait expires or ctx ends. It counts the client as
+// waiting meanwhile.
+func (p *Pool) wait(ctx context.Context, changed, freed <-chan struct{}, retry, expired <-chan time.Time) error {
 	p.waiting.Add(1)
 	defer p.waiting.Add(-1)
 	select {
 	case <-changed:
+		return nil
+	case <-freed:
+		return nil
+	case <-retry:
 		return nil
 	case <-expired:
 		return ErrNoEligible

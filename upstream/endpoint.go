@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"golang.org/x/net/proxy"
 
@@ -18,7 +19,7 @@ type Spec struct {
 	Name     string   // display name; default host:port (user@host:port when ambiguous)
 	Disabled bool     // start disabled (operator)
 	Tags     []string // selection tags
-	Weight   int      // for the weighted strategy; default 1
+	Weight   int      // for the weighted strategy; default 1, at most 1,000,000
 	MaxConns int      // concurrent tunnels; 0 = unlimited
 	Rate     float64  // new tunnels per second; 0 = unlimited
 }
@@ -46,6 +47,19 @@ func Redact(u *url.URL) string {
 	if u == nil {
 		return ""
 	}
+	if u.Opaque != "" {
+		// A seller line mistaken for a URL: "user:pass@host:port" parses
+		// as scheme "user" with opaque "pass@host:port", and
+		// "host:port:user:pass" as scheme "host"; either may hold a
+		// password, so only what follows the last "@" is kept.
+		c := *u
+		c.Opaque = "xxxxx"
+		if i := strings.LastIndex(u.Opaque, "@"); i >= 0 {
+			c.Opaque += u.Opaque[i:]
+		}
+		c.RawQuery, c.Fragment, c.RawFragment = "", "", ""
+		return c.String()
+	}
 	if u.User != nil {
 		if _, ok := u.User.Password(); ok {
 			c := *u
@@ -57,7 +71,10 @@ func Redact(u *url.URL) string {
 }
 
 // Endpoint is one upstream in the pool: its identity, dialer and health
-// record. Endpoints are immutable after creation except for counters.
+// record. Endpoints are immutable after creation; their counters live in
+// a shared *load so that a reload which rebuilds the Endpoint value keeps
+// counting the tunnels opened before it (Lease.Done of an old lease
+// releases the same counter the new Endpoint checks for max_conns).
 type Endpoint struct {
 	Name     string
 	Key      string
@@ -67,15 +84,73 @@ type Endpoint struct {
 	MaxConns int
 	Rate     float64
 
+	// ld is shared with the endpoint this one replaced on reload. Loads
+	// come from the pool's slab (dense), so ranking a sample of a large
+	// pool touches little memory. It sits next to MaxConns: releasing a
+	// tunnel reads both, from one cache line.
+	ld     *load
 	dialer proxy.ContextDialer
+	clock  health.Clock // the pool's, for latency samples
 	rec    *health.Record
-	limit  *rateLimiter
+	limit  *rateLimiter // nil when Rate is 0
+}
 
-	active atomic.Int64 // open tunnels leased from this endpoint
+// load is the mutable per-identity state of an endpoint, shared by every
+// Endpoint value built for the same identity across reloads.
+type load struct {
+	// active counts tunnels leased from the endpoint: incremented when a
+	// pick reserves it, decremented exactly once by Lease.Done,
+	// Attempts.Failed or Pool.Release (or by the pick itself when a later
+	// check refuses).
+	active atomic.Int64
+	// lat is the smoothed (EWMA, alpha 1/4) dial+handshake latency in
+	// nanoseconds; 0 means no sample yet.
+	lat atomic.Int64
 }
 
 // Active returns the number of open tunnels through e.
-func (e *Endpoint) Active() int64 { return e.active.Load() }
+func (e *Endpoint) Active() int64 { return e.ld.active.Load() }
+
+// Latency returns e's smoothed dial+handshake latency, 0 when unknown.
+func (e *Endpoint) Latency() time.Duration { return time.Duration(e.ld.lat.Load()) }
+
+// latencyAlphaShift sets the EWMA weight of a new sample to 1/2^shift:
+// 1/4 follows a real change within a handful of tunnels while one slow
+// handshake moves the average by a quarter only.
+const latencyAlphaShift = 2
+
+// observeLatency folds one dial+handshake duration into e's EWMA.
+func (e *Endpoint) observeLatency(d time.Duration) {
+	x := max(int64(d), 1) // 0 is reserved for "unknown"
+	for {
+		old := e.ld.lat.Load()
+		next := x
+		if old != 0 {
+			next = max(old+(x-old)>>latencyAlphaShift, 1)
+		}
+		if e.ld.lat.CompareAndSwap(old, next) {
+			return
+		}
+	}
+}
+
+// reserve counts one more tunnel on ld unless that would exceed maxConns
+// (0: unlimited). It is the only increment of an active counter.
+func reserve(ld *load, maxConns int64) bool {
+	if maxConns <= 0 {
+		ld.active.Add(1)
+		return true
+	}
+	for {
+		n := ld.active.Load()
+		if n >= maxConns {
+			return false
+		}
+		if ld.active.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
 
 // Record returns e's health record.
 func (e *Endpoint) Record() *health.Record { return e.rec }

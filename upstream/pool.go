@@ -3,6 +3,8 @@ package upstream
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -92,21 +94,50 @@ func (c PoolConfig) Validate() error {
 
 // Pool is the set of endpoints client connections are spread over. The
 // endpoint set is swapped atomically on reload; health lives in the
-// Tracker, keyed by endpoint identity, so it survives reloads.
+// Tracker, keyed by endpoint identity, so it survives reloads, and the
+// per-identity counters (active tunnels, latency) are carried over by
+// Update.
 type Pool struct {
 	cfg      PoolConfig
 	tr       *health.Tracker
 	clock    health.Clock
 	log      zerolog.Logger
-	strategy Strategy
+	strategy strategy
 	sessions *sessions
 
-	set     atomic.Pointer[[]*Endpoint]
+	set     atomic.Pointer[set]
 	waiting atomic.Int64
 
-	mu      sync.Mutex // serialises Update
+	// freed is closed and replaced when a tunnel ends on an endpoint with
+	// max_conns while some client is registered in slotWaiters, so a
+	// client that found every endpoint saturated is served as soon as a
+	// slot opens instead of at the end of wait_for_upstream.
+	freed       atomic.Pointer[chan struct{}]
+	freedMu     sync.Mutex // serialises the replacement of freed
+	slotWaiters atomic.Int64
+
+	mu sync.Mutex // serialises Update
+	// mu guards the fields below.
 	byKey   map[string]*Endpoint
 	dialCfg DialConfig
+	slab    []load // unused loads of the current chunk, see newLoad
+}
+
+// loadChunk is how many loads newLoad allocates at once.
+const loadChunk = 1024
+
+// newLoad returns a zero load for a new identity. Loads are carved from
+// chunks so that those of a large pool sit together in memory: ranking a
+// random sample (least-conn, lowest-latency) then costs cache hits rather
+// than one miss per candidate. A chunk stays alive while any of its loads
+// does (a few KiB per 1024 identities). Caller holds p.mu.
+func (p *Pool) newLoad() *load {
+	if len(p.slab) == 0 {
+		p.slab = make([]load, loadChunk)
+	}
+	l := &p.slab[0]
+	p.slab = p.slab[1:]
+	return l
 }
 
 // NewPool returns a pool using tr for health. A nil clock means real time.
@@ -126,9 +157,10 @@ func NewPool(cfg PoolConfig, dial DialConfig, tr *health.Tracker, clock health.C
 		dial.HandshakeTimeout = cfg.HandshakeTimeout
 	}
 	p := &Pool{cfg: cfg, tr: tr, clock: clock, log: log, strategy: st, byKey: map[string]*Endpoint{}, dialCfg: dial}
-	p.sessions = newSessions(cfg.SessionTTL, clock)
-	empty := []*Endpoint{}
-	p.set.Store(&empty)
+	p.sessions = newSessions(cfg.SessionTTL, maxSessions, clock)
+	p.set.Store(newSet(nil))
+	ch := make(chan struct{})
+	p.freed.Store(&ch)
 	return p, nil
 }
 
@@ -139,31 +171,31 @@ func (p *Pool) Config() PoolConfig { return p.cfg }
 func (p *Pool) Tracker() *health.Tracker { return p.tr }
 
 // Endpoints returns the current endpoint set (do not modify).
-func (p *Pool) Endpoints() []*Endpoint { return *p.set.Load() }
+func (p *Pool) Endpoints() []*Endpoint { return p.set.Load().eps }
 
 // Waiting returns how many clients are waiting for an eligible endpoint.
 func (p *Pool) Waiting() int64 { return p.waiting.Load() }
 
 // Lookup returns the endpoint named name, or nil.
-func (p *Pool) Lookup(name string) *Endpoint {
-	for _, e := range p.Endpoints() {
-		if e.Name == name {
-			return e
-		}
-	}
-	return nil
-}
+func (p *Pool) Lookup(name string) *Endpoint { return p.set.Load().byName[name] }
 
 // Update replaces the endpoint set with specs. Endpoints whose identity is
-// unchanged keep their health record (state, counters, history); new ones
-// are added to the tracker; removed ones are dropped from it. It returns
-// the names added and removed.
+// unchanged keep their health record (state, counters, history), their
+// open-tunnel count and latency, and their rate bucket when the rate did
+// not change; an entry whose whole spec is unchanged keeps its *Endpoint.
+// New ones are added to the tracker; removed ones are dropped from it. It
+// returns the names added and removed.
+//
+// Unnamed specs are named host:port, or user@host:port when several share
+// a host:port (session-in-username providers: identity includes the
+// username, so they are distinct endpoints).
 func (p *Pool) Update(specs []Spec) (added, removed []string, err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	names := specNames(specs)
 	next := make([]*Endpoint, 0, len(specs))
 	keys := make(map[string]bool, len(specs))
-	for _, s := range specs {
+	for i, s := range specs {
 		if err := ValidateURL(s.URL); err != nil {
 			return nil, nil, err
 		}
@@ -172,26 +204,33 @@ func (p *Pool) Update(specs []Spec) (added, removed []string, err error) {
 			return nil, nil, fmt.Errorf("upstream %s is listed twice", Redact(s.URL))
 		}
 		keys[key] = true
-		d, err := NewDialer(s.URL, p.dialCfg)
-		if err != nil {
-			return nil, nil, err
-		}
 		w := s.Weight
 		if w <= 0 {
 			w = 1
 		}
-		e := &Endpoint{Name: s.Name, Key: key, URL: s.URL, Tags: s.Tags, Weight: w, MaxConns: s.MaxConns, Rate: s.Rate, dialer: d}
-		if e.Name == "" {
-			e.Name = defaultName(s.URL, false)
+		old := p.byKey[key]
+		if old != nil && old.same(s, names[i], w) && p.tr.Add(key, old.Name, old.dialer, s.Disabled) == old.rec {
+			next = append(next, old)
+			continue
 		}
-		if s.Rate > 0 {
-			e.limit = newRateLimiter(s.Rate, p.clock)
+		d, err := NewDialer(s.URL, p.dialCfg)
+		if err != nil {
+			return nil, nil, err
 		}
-		if old, ok := p.byKey[key]; ok {
-			// Open tunnels keep counting against the same endpoint.
-			e.active.Store(old.active.Load())
-		} else {
+		e := &Endpoint{Name: names[i], Key: key, URL: s.URL, Tags: s.Tags, Weight: w, MaxConns: s.MaxConns, Rate: s.Rate, dialer: d, clock: p.clock}
+		switch {
+		case old != nil:
+			// Open tunnels keep counting against the same identity.
+			e.ld = old.ld
+			if old.Rate == s.Rate {
+				e.limit = old.limit
+			}
+		default:
+			e.ld = p.newLoad()
 			added = append(added, e.Name)
+		}
+		if s.Rate > 0 && e.limit == nil {
+			e.limit = newRateLimiter(s.Rate, p.clock)
 		}
 		e.rec = p.tr.Add(key, e.Name, d, s.Disabled)
 		next = append(next, e)
@@ -206,6 +245,57 @@ func (p *Pool) Update(specs []Spec) (added, removed []string, err error) {
 	for _, e := range next {
 		p.byKey[e.Key] = e
 	}
-	p.set.Store(&next)
+	p.set.Store(newSet(next))
 	return added, removed, nil
+}
+
+// same reports whether e was built from a spec equal to s (credentials
+// included) under the name name and weight w, so it can be kept as is.
+func (e *Endpoint) same(s Spec, name string, w int) bool {
+	return e.Name == name && e.URL.String() == s.URL.String() && slices.Equal(e.Tags, s.Tags) &&
+		e.Weight == w && e.MaxConns == s.MaxConns && e.Rate == s.Rate
+}
+
+// specNames returns each spec's display name: its own, else host:port, or
+// user@host:port when several unnamed specs share a host:port; a remaining
+// clash gets a #N suffix.
+func specNames(specs []Spec) []string {
+	hosts := map[string]int{}
+	used := map[string]bool{}
+	for _, s := range specs {
+		if s.Name == "" {
+			hosts[strings.ToLower(s.URL.Host)]++
+		} else {
+			used[s.Name] = true
+		}
+	}
+	names := make([]string, len(specs))
+	for i, s := range specs {
+		if s.Name != "" {
+			names[i] = s.Name
+			continue
+		}
+		base := defaultName(s.URL, hosts[strings.ToLower(s.URL.Host)] > 1)
+		name := base
+		for n := 2; used[name]; n++ {
+			name = fmt.Sprintf("%s#%d", base, n)
+		}
+		used[name] = true
+		names[i] = name
+	}
+	return names
+}
+
+// release ends one tunnel's use of e (the decrement matching the reserve
+// of the pick that returned e) and wakes clients waiting for a slot.
+func (p *Pool) release(e *Endpoint) {
+	n := e.ld.active.Add(-1)
+	if e.MaxConns > 0 && n < int64(e.MaxConns) && p.slotWaiters.Load() > 0 {
+		p.freedMu.Lock()
+		old := p.freed.Load()
+		ch := make(chan struct{})
+		p.freed.Store(&ch)
+		p.freedMu.Unlock()
+		close(*old)
+	}
 }

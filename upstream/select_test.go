@@ -1,0 +1,252 @@
+package upstream
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+)
+
+// counts picks n times (each tunnel released at once) and counts the
+// endpoint names.
+func (tp *testPool) counts(t *testing.T, n int) map[string]int {
+	t.Helper()
+	got := map[string]int{}
+	for i := 0; i < n; i++ {
+		got[tp.use(t, Request{Addr: "example.com:443"})]++
+	}
+	return got
+}
+
+func within(got, want int, tol float64) bool {
+	d := float64(got - want)
+	return d <= tol*float64(want) && -d <= tol*float64(want)
+}
+
+func TestStrategyDistribution(t *testing.T) {
+	const picks = 8000
+	tests := []struct {
+		strategy string
+		weights  []int
+		disabled []string
+		want     map[string]int // expected picks per endpoint
+		tol      float64        // relative; 0 means exact
+	}{
+		{"round-robin", []int{1, 1, 1, 1}, nil, map[string]int{"e0": 2000, "e1": 2000, "e2": 2000, "e3": 2000}, 0},
+		{"random", []int{1, 1, 1, 1}, nil, map[string]int{"e0": 2000, "e1": 2000, "e2": 2000, "e3": 2000}, 0.10},
+		// Binomial sd is about 39 picks at p=1/4: ±10% is over 5 sd.
+		{"weighted", []int{1, 3}, nil, map[string]int{"e0": 2000, "e1": 6000}, 0.10},
+		{"weighted", []int{1, 2, 5}, nil, map[string]int{"e0": 1000, "e1": 2000, "e2": 5000}, 0.10},
+		// A refused endpoint's share goes to the others, not to one of them.
+		{"weighted", []int{1, 1, 2}, []string{"e2"}, map[string]int{"e0": 4000, "e1": 4000}, 0.10},
+		{"random", []int{1, 1, 1, 1}, []string{"e1"}, map[string]int{"e0": 2667, "e2": 2667, "e3": 2666}, 0.10},
+		{"least-conn", []int{1, 1, 1, 1}, nil, map[string]int{"e0": 2000, "e1": 2000, "e2": 2000, "e3": 2000}, 0.10},
+	}
+	for _, tc := range tests {
+		t.Run(fmt.Sprintf("%s-%v-off%v", tc.strategy, tc.weights, tc.disabled), func(t *testing.T) {
+			sp := make([]Spec, len(tc.weights))
+			for i, w := range tc.weights {
+				sp[i] = spec(fmt.Sprintf("e%d", i), 10000+i)
+				sp[i].Weight = w
+			}
+			tp := newTestPool(t, PoolConfig{Strategy: tc.strategy, WaitForUpstream: time.Millisecond}, nil, sp...)
+			for _, n := range tc.disabled {
+				tp.disable(t, n)
+			}
+			got := tp.counts(t, picks)
+			for name, n := range got {
+				if _, ok := tc.want[name]; !ok {
+					t.Errorf("%q picked %d times, want never", name, n)
+				}
+			}
+			for name, want := range tc.want {
+				if g := got[name]; g != want && (tc.tol == 0 || !within(g, want, tc.tol)) {
+					t.Errorf("%s: %d picks, want %d ±%.0f%% (all: %v)", name, g, want, tc.tol*100, got)
+				}
+			}
+		})
+	}
+}
+
+// hold leases n tunnels on the endpoint named name (by picking with the
+// others excluded) and returns a func releasing them.
+func (tp *testPool) hold(t *testing.T, name string, n int) func() {
+	t.Helper()
+	e := tp.Lookup(name)
+	for i := 0; i < n; i++ {
+		if !reserve(e.ld, int64(e.MaxConns)) {
+			t.Fatalf("%s: cannot hold %d tunnels", name, n)
+		}
+	}
+	return func() {
+		for i := 0; i < n; i++ {
+			tp.Release(e)
+		}
+	}
+}
+
+func TestLeastConnPrefersIdle(t *testing.T) {
+	t.Run("small pool is exact", func(t *testing.T) {
+		tp := newTestPool(t, PoolConfig{Strategy: "least-conn"}, nil, specs("a", "b", "c")...)
+		defer tp.hold(t, "a", 3)()
+		defer tp.hold(t, "b", 1)()
+		if got := tp.counts(t, 200); got["c"] != 200 {
+			t.Fatalf("picks %v, want all on the idle c", got)
+		}
+		// Leases that stay open spread the load: c fills up to b's level,
+		// then they alternate, and a (3) is not used until they reach 3.
+		var open []*Endpoint
+		for i := 0; i < 3; i++ {
+			a := tp.NewAttempts(Request{Addr: "example.com:443"})
+			e, err := a.Next(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			open = append(open, e)
+		}
+		for _, e := range open {
+			if e.Name == "a" {
+				t.Errorf("least-conn chose the busiest endpoint: %v", open)
+			}
+			defer tp.Release(e)
+		}
+	})
+	t.Run("sampled pool", func(t *testing.T) {
+		names := make([]string, 200)
+		for i := range names {
+			names[i] = fmt.Sprintf("e%03d", i)
+		}
+		tp := newTestPool(t, PoolConfig{Strategy: "least-conn"}, nil, specs(names...)...)
+		for i := 0; i < len(names); i += 2 {
+			defer tp.hold(t, names[i], 10)()
+		}
+		got := tp.counts(t, 2000)
+		busy := 0
+		for i := 0; i < len(names); i += 2 {
+			busy += got[names[i]]
+		}
+		// With sampleSize 4 and half the pool busy, a busy pick needs all 4
+		// samples busy: 1/16 of picks (about 125; random would give 1000).
+		if busy > 2000/8 {
+			t.Errorf("%d of 2000 picks went to busy endpoints", busy)
+		}
+	})
+}
+
+// setLatency feeds d directly as e's smoothed latency.
+func (tp *testPool) setLatency(name string, d time.Duration) {
+	tp.Lookup(name).ld.lat.Store(int64(d))
+}
+
+func TestLowestLatencyPrefersFasterWithHysteresis(t *testing.T) {
+	tp := newTestPool(t, PoolConfig{Strategy: "lowest-latency", WaitForUpstream: time.Millisecond}, nil, specs("slow", "fast", "mid")...)
+	tp.setLatency("slow", 80*time.Millisecond)
+	tp.setLatency("fast", 10*time.Millisecond)
+	tp.setLatency("mid", 30*time.Millisecond)
+	if got := tp.counts(t, 500); got["fast"] != 500 {
+		t.Fatalf("picks %v, want all on fast", got)
+	}
+	// mid becomes 10% better than fast: not enough to switch.
+	tp.setLatency("mid", 9*time.Millisecond)
+	if got := tp.counts(t, 500); got["fast"] != 500 {
+		t.Fatalf("picks %v after a 10%% difference, want still fast (no flapping)", got)
+	}
+	// mid becomes more than 20% better: switch, and stay.
+	tp.setLatency("mid", 7*time.Millisecond)
+	if got := tp.counts(t, 500); got["mid"] != 500 {
+		t.Fatalf("picks %v after a 30%% difference, want all on mid", got)
+	}
+	// The current choice stops being eligible: the next best takes over
+	// at once.
+	tp.disable(t, "mid")
+	if got := tp.counts(t, 500); got["fast"] != 500 {
+		t.Fatalf("picks %v with mid out, want all on fast", got)
+	}
+}
+
+func TestLowestLatencyExploresUnknown(t *testing.T) {
+	tp := newTestPool(t, PoolConfig{Strategy: "lowest-latency"}, nil, specs("known", "new")...)
+	tp.setLatency("known", 10*time.Millisecond)
+	got := tp.counts(t, 1600)
+	// One pick in latencyExploreEvery tries the unmeasured endpoint (here
+	// it never gets a sample, so it stays unknown).
+	if n := got["new"]; n != 1600/latencyExploreEvery {
+		t.Errorf("unknown endpoint picked %d times in 1600, want %d", n, 1600/latencyExploreEvery)
+	}
+}
+
+func TestLowestLatencyColdStartSpreads(t *testing.T) {
+	tp := newTestPool(t, PoolConfig{Strategy: "lowest-latency"}, nil, specs("a", "b", "c")...)
+	if got := tp.counts(t, 300); len(got) != 3 {
+		t.Errorf("cold start picks %v, want every unmeasured endpoint tried", got)
+	}
+}
+
+func TestObserveLatencySmooths(t *testing.T) {
+	tp := newTestPool(t, PoolConfig{}, nil, specs("a")...)
+	e := tp.Lookup("a")
+	e.observeLatency(100 * time.Millisecond)
+	if got := e.Latency(); got != 100*time.Millisecond {
+		t.Fatalf("first sample: %v", got)
+	}
+	e.observeLatency(500 * time.Millisecond) // one outlier moves it by a quarter
+	if got := e.Latency(); got != 200*time.Millisecond {
+		t.Fatalf("after an outlier: %v, want 200ms", got)
+	}
+	for i := 0; i < 40; i++ {
+		e.observeLatency(20 * time.Millisecond)
+	}
+	if got := e.Latency(); got > 21*time.Millisecond {
+		t.Errorf("after a run of 20ms samples: %v", got)
+	}
+}
+
+func TestStrategiesSkipIneligibleAndReturnNil(t *testing.T) {
+	for _, st := range []string{"round-robin", "random", "least-conn", "weighted", "lowest-latency"} {
+		for _, n := range []int{1, 5, 40} {
+			t.Run(fmt.Sprintf("%s-%d", st, n), func(t *testing.T) {
+				names := make([]string, n)
+				for i := range names {
+					names[i] = fmt.Sprintf("e%d", i)
+				}
+				tp := newTestPool(t, PoolConfig{Strategy: st, WaitForUpstream: time.Millisecond}, nil, specs(names...)...)
+				for _, nm := range names[:n-1] {
+					tp.disable(t, nm)
+				}
+				last := names[n-1]
+				for i := 0; i < 50; i++ {
+					if got := tp.use(t, Request{Addr: "example.com:443"}); got != last {
+						t.Fatalf("pick %d: %q, want the only eligible %s", i, got, last)
+					}
+				}
+				tp.disable(t, last)
+				if got := tp.use(t, Request{Addr: "example.com:443"}); got != "" {
+					t.Fatalf("nothing eligible, picked %q", got)
+				}
+			})
+		}
+	}
+}
+
+// TestAliasTableExact checks the weighted strategy's table exactly: the
+// probability mass of each endpoint is its share of the weights.
+func TestAliasTableExact(t *testing.T) {
+	for _, weights := range [][]int{{1}, {1, 3}, {1, 2, 5}, {7, 1, 1, 1, 1, 1, 1, 1, 100}, {0, 2}} {
+		eps := make([]*Endpoint, len(weights))
+		for i, w := range weights {
+			eps[i] = &Endpoint{Weight: w}
+		}
+		tab, total := newAlias(eps)
+		n := int64(len(eps))
+		mass := make([]int64, n)
+		for i, c := range tab {
+			mass[i] += c.keep
+			mass[c.other] += total - c.keep
+		}
+		for i, w := range weights {
+			if want := int64(max(w, 1)) * n; mass[i] != want {
+				t.Errorf("weights %v: endpoint %d has mass %d, want %d", weights, i, mass[i], want)
+			}
+		}
+	}
+}
