@@ -13,6 +13,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -148,7 +149,7 @@ func (p *probeSpec) run(ctx context.Context, d Dialer) error {
 		return fmt.Errorf("probe response: %w", err)
 	}
 	defer resp.Body.Close()
-	if forward && resp.StatusCode == http.StatusProxyAuthRequired {
+	if forward && proxyRejectedAuth(resp) {
 		return &Failure{Class: AuthRejected, Stage: StageProxyAuth, Err: &StatusError{StatusCode: resp.StatusCode}}
 	}
 	if !slices.Contains(p.expect, resp.StatusCode) {
@@ -166,6 +167,19 @@ func (p *probeSpec) run(ctx context.Context, d Dialer) error {
 		return fmt.Errorf("probe body: %w", err)
 	}
 	return errors.New("probe body: expected text not found")
+}
+
+// proxyRejectedAuth recognises an HTTP proxy refusing rotor's credentials
+// on a forwarded request: 407, or tinyproxy's 401 (it answers a wrong
+// password with 401 and its own Server header, see UPSTREAM-SIGNALS.md).
+func proxyRejectedAuth(resp *http.Response) bool {
+	switch resp.StatusCode {
+	case http.StatusProxyAuthRequired:
+		return true
+	case http.StatusUnauthorized:
+		return strings.HasPrefix(strings.ToLower(resp.Header.Get("Server")), "tinyproxy")
+	}
+	return false
 }
 
 // ForwardDialer is implemented by dialers of plain HTTP proxies. For an

@@ -30,6 +30,11 @@ func TestProbeHTTPURLThroughHTTPProxyUsesAbsoluteForm(t *testing.T) {
 	var gotURI, gotAuth string
 	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		gotURI, gotAuth = r.RequestURI, r.Header.Get("Proxy-Authorization")
+		if gotAuth == "Basic dGlueQ==" { // tinyproxy answers a wrong password with 401
+			w.Header().Set("Server", "tinyproxy/1.11.1")
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
 		if gotAuth != "Basic dTpw" {
 			w.WriteHeader(http.StatusProxyAuthRequired)
 			return
@@ -51,6 +56,11 @@ func TestProbeHTTPURLThroughHTTPProxyUsesAbsoluteForm(t *testing.T) {
 	var f *Failure
 	if !errors.As(err, &f) || f.Class != AuthRejected || f.Stage != StageProxyAuth {
 		t.Fatalf("wrong proxy password: %v, want auth_rejected at proxy_auth", err)
+	}
+
+	err = runProbeSpec(t, cfg, forwardDialer{proxy: addr, auth: "Basic dGlueQ=="})
+	if !errors.As(err, &f) || f.Class != AuthRejected {
+		t.Fatalf("tinyproxy's 401: %v, want auth_rejected", err)
 	}
 
 	// https probe URLs still tunnel (here: the CONNECT refusal is the answer).
