@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -252,7 +253,10 @@ func (s *Server) writeResponse(w http.ResponseWriter, resp *http.Response, e *up
 				return total, false
 			}
 			total += int64(n)
-			if flusher != nil {
+			// Flush when the upstream paused (a short read that is not the
+			// end), so streamed responses reach the client as they come;
+			// a body that arrives in one go is written once.
+			if flusher != nil && err == nil && n < len(*bp) {
 				flusher.Flush()
 			}
 		}
@@ -298,20 +302,20 @@ func (s *Server) transport(e *upstream.Endpoint, cfg *Config) http.RoundTripper 
 	return actual.(http.RoundTripper)
 }
 
-// transportKey identifies an endpoint's transport across reloads: the full
-// URL (credentials included, so a changed password gets a new transport).
-// It never leaves the process.
-func transportKey(e *upstream.Endpoint) string { return e.URL.String() }
+// transportKey identifies an endpoint's transport: its parsed URL, which a
+// reload replaces (so a changed password gets a new transport and the old
+// one is pruned). Comparing pointers keeps the per-request lookup free.
+func transportKey(e *upstream.Endpoint) *url.URL { return e.URL }
 
 // pruneTransports drops the transports of endpoints no longer in the pool
 // and closes their idle connections.
 func (s *Server) pruneTransports() {
-	live := map[string]bool{}
+	live := map[*url.URL]bool{}
 	for _, e := range s.pool.Endpoints() {
 		live[transportKey(e)] = true
 	}
 	s.transports.Range(func(k, v any) bool {
-		if !live[k.(string)] {
+		if !live[k.(*url.URL)] {
 			s.transports.Delete(k)
 			v.(*http.Transport).CloseIdleConnections()
 		}
