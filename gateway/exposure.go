@@ -87,5 +87,4 @@ func isLocalIP(ip net.IP) bool {
 	return false
 }
 
-
 var errSelfTarget = errors.New("rotor does not proxy to its own listeners")

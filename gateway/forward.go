@@ -88,11 +88,17 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 	var big *countingBody
 	if r.Body != nil && r.Body != http.NoBody {
 		if r.ContentLength >= 0 && r.ContentLength <= pcfg.RetryBodyLimit {
+			// Buffering a small body is still receiving the request: bound
+			// it like the headers, or a client that stalls its body holds
+			// a goroutine and a connection for as long as it likes.
+			rc := http.NewResponseController(w)
+			_ = rc.SetReadDeadline(time.Now().Add(cfg.Listen.HandshakeTimeout))
 			b, err := io.ReadAll(io.LimitReader(r.Body, pcfg.RetryBodyLimit+1))
 			if err != nil {
 				plainError(w, http.StatusBadRequest, "bad_request", "reading request body: "+err.Error())
 				return
 			}
+			_ = rc.SetReadDeadline(time.Time{}) // on error it stays: net/http drains the rest of the body after the 400
 			buffered = b
 		} else {
 			big = &countingBody{r: r.Body}

@@ -109,6 +109,14 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request, params use
 		lease.Done()
 		return
 	}
+	// After Hijack net/http no longer closes c, not even when this
+	// handler panics: close it ourselves until the tunnel owns it.
+	handedOff := false
+	defer func() {
+		if !handedOff {
+			_ = c.Close()
+		}
+	}()
 	_ = c.SetDeadline(time.Time{})
 	var pending []byte
 	if n := rw.Reader.Buffered(); n > 0 {
@@ -123,6 +131,7 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request, params use
 		s.releaseHijacked(c)
 		return
 	}
+	handedOff = true
 	s.runTunnel(id, "http", c, lease, pending, addr, params.User, start, func() { s.releaseHijacked(c) })
 }
 

@@ -145,8 +145,12 @@ type lineWriter func([]byte)
 func (w lineWriter) Write(p []byte) (int, error) { w(p); return len(p), nil }
 
 // recoverConn contains a panic to the one connection that caused it: it is
-// logged with its context and stack, the connection is closed, and every
-// other tunnel keeps running.
+// logged with its context and stack (the panic value redacted: it may
+// quote a URL), the connection is closed, and every other tunnel keeps
+// running. With c nil it runs in an HTTP handler: it then aborts the
+// request with http.ErrAbortHandler, so net/http drops the connection
+// instead of answering an empty "200 OK" (which a CONNECT client would
+// take for an open tunnel).
 func (s *Server) recoverConn(front string, id uint64, c net.Conn) {
 	v := recover()
 	if v == nil {
@@ -155,11 +159,14 @@ func (s *Server) recoverConn(front string, id uint64, c net.Conn) {
 	if v == http.ErrAbortHandler {
 		panic(v) // net/http's own signal to abort a response quietly
 	}
-	ev := s.log.Error().Str("listener", front).Uint64("conn_id", id).Str("panic", fmt.Sprint(v)).Bytes("stack", debug.Stack())
+	ev := s.log.Error().Str("listener", front).Uint64("conn_id", id).Str("panic", redactText(fmt.Sprint(v))).Bytes("stack", debug.Stack())
 	if c != nil {
 		ev = ev.Str("client", c.RemoteAddr().String())
 		_ = c.Close()
 	}
 	ev.Msg("connection handler panicked; connection closed")
 	s.metrics.tunnelDone(front, "panic")
+	if c == nil {
+		panic(http.ErrAbortHandler)
+	}
 }

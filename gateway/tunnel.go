@@ -22,9 +22,14 @@ type relayResult struct {
 
 type closeWriter interface{ CloseWrite() error }
 
-// halfCloseLinger is how long the other direction may go on after one
-// side finished sending (half-close), before the tunnel is torn down.
-const halfCloseLinger = 60 * time.Second
+// halfCloseLinger is how long the other direction may stay silent after
+// one side finished sending (half-close) before the tunnel is torn down.
+// Tests shorten it through setHalfCloseLinger.
+func halfCloseLinger() time.Duration { return time.Duration(halfCloseLingerNs.Load()) }
+
+var halfCloseLingerNs = func() *atomic.Int64 { var v atomic.Int64; v.Store(int64(60 * time.Second)); return &v }()
+
+func setHalfCloseLinger(d time.Duration) { halfCloseLingerNs.Store(int64(d)) }
 
 var bufPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
@@ -97,6 +102,15 @@ func relay(client, up net.Conn, pending []byte, slow SlowBodyConfig, idle time.D
 		res.Up = n
 		closeWrite(up)
 		_ = client.SetReadDeadline(time.Time{})
+		if !wd.halfClosed() {
+			// No watchdog (no socket counters): bound the rest of the
+			// answer by an absolute linger instead.
+			mu.Lock()
+			if gotFirst.Load() || sentAt.IsZero() {
+				_ = up.SetReadDeadline(time.Now().Add(halfCloseLinger()))
+			}
+			mu.Unlock()
+		}
 	}()
 
 	// upstream → client, on this goroutine.
@@ -135,7 +149,7 @@ func relay(client, up net.Conn, pending []byte, slow SlowBodyConfig, idle time.D
 	res.Down = down
 	closeWrite(client)
 	// The client may still be sending; give it a bounded time to finish.
-	_ = client.SetReadDeadline(time.Now().Add(halfCloseLinger))
+	_ = client.SetReadDeadline(time.Now().Add(halfCloseLinger()))
 	wg.Wait()
 	return res
 }

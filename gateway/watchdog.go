@@ -21,7 +21,9 @@ import (
 //     the middle of a response to a request sent before the response began
 //     cannot be told apart from a finished response inside TLS, so it is
 //     only detected on plain-HTTP forwarding, where rotor parses responses;
-//   - an idle tunnel (tunnel_idle_timeout): no data either way.
+//   - an idle tunnel (tunnel_idle_timeout): no data either way;
+//   - a half-closed tunnel whose upstream side stays silent for
+//     halfCloseLinger after the client finished sending.
 //
 // Timers run only while the tunnel is open; no goroutine waits between
 // checks (time.AfterFunc).
@@ -33,10 +35,26 @@ type watchdog struct {
 	onIdle      func()
 	baseU       uint64 // upstream bytes when the tunnel started (handshake excluded)
 
-	mu       sync.Mutex // guards the fields below
-	timer    *time.Timer
-	finished bool
-	reported bool // one stall report per tunnel
+	mu         sync.Mutex // guards the fields below
+	timer      *time.Timer
+	finished   bool
+	reported   bool // one stall report per tunnel
+	clientDone bool // the client finished sending: linger applies
+}
+
+// halfClosed tells the watchdog the client finished sending (or left): the
+// upstream side may go on answering, but once it has been silent for
+// halfCloseLinger the tunnel is closed, so a client that left without a
+// word cannot hold a tunnel, its fds and an upstream slot for ever. It
+// reports false when there is no watchdog to do it.
+func (w *watchdog) halfClosed() bool {
+	if w == nil {
+		return false
+	}
+	w.mu.Lock()
+	w.clientDone = true
+	w.mu.Unlock()
+	return true
 }
 
 // rxCounter reads a socket's receive counters.
@@ -44,12 +62,9 @@ type rxCounter interface {
 	rx() (bytes uint64, sinceLast time.Duration, ok bool)
 }
 
-// startWatchdog returns nil when there is nothing to watch or the sockets
-// give no counters (not Linux, not TCP).
+// startWatchdog returns nil when the sockets give no counters (not Linux,
+// not TCP).
 func startWatchdog(client, up net.Conn, stall, idle time.Duration, onStall func(*health.Failure), onIdle func()) *watchdog {
-	if stall <= 0 && idle <= 0 {
-		return nil
-	}
 	cc, ok1 := counterOf(client)
 	uc, ok2 := counterOf(up)
 	if !ok1 || !ok2 {
@@ -59,9 +74,13 @@ func startWatchdog(client, up net.Conn, stall, idle time.Duration, onStall func(
 	if !ok {
 		return nil
 	}
-	tick := stall
-	if idle > 0 && (tick <= 0 || idle < tick) {
-		tick = idle
+	// Checks run often enough for the shortest limit in force; the
+	// half-close linger is always watched.
+	tick := halfCloseLinger()
+	for _, d := range []time.Duration{stall, idle} {
+		if d > 0 && d < tick {
+			tick = d
+		}
 	}
 	tick /= 4
 	if tick < 50*time.Millisecond {
@@ -98,7 +117,7 @@ func (w *watchdog) check() {
 	// nothing came back since. (Measuring from the client's last send, not
 	// the upstream's, keeps a long upload from counting as a stall.)
 	stalled := w.stall > 0 && u != w.baseU && cAgo < uAgo && cAgo >= w.stall
-	idle := w.idle > 0 && cAgo >= w.idle && uAgo >= w.idle
+	idle := (w.idle > 0 && cAgo >= w.idle && uAgo >= w.idle) || (w.clientDone && uAgo >= halfCloseLinger())
 	if idle {
 		w.finished = true
 	} else if !stalled || !w.reported {

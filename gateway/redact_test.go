@@ -1,0 +1,94 @@
+package gateway
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestRedactURL(t *testing.T) {
+	tests := []struct {
+		name, in, want string
+	}{
+		{"socks5 user and password", "socks5://u:canary-pw-1234@10.0.0.1:1080", "socks5://u:xxxxx@10.0.0.1:1080"},
+		{"http with path", "http://u:pw@h:3128/x?y=1", "http://u:xxxxx@h:3128/x?y=1"},
+		{"password holding @", "socks5://u:can@ry-pw@h:1080", "socks5://u:xxxxx@h:1080"},
+		{"percent-encoded password", "socks5://u:p%40ss@h:1080", "socks5://u:xxxxx@h:1080"},
+		{"empty password", "socks5://u:@h:1080", "socks5://u:xxxxx@h:1080"},
+		{"user only stays", "socks5://scraper@h:1080", "socks5://scraper@h:1080"},
+		{"no userinfo", "socks5://10.0.0.1:1080", "socks5://10.0.0.1:1080"},
+		{"direct", "direct://", "direct://"},
+		{"unparseable port", "socks5://u:canary-pw-1234@h:notaport", "socks5://u:xxxxx@h:notaport"},
+		{"password with space", "http://u:my secret@h:1", "http://u:xxxxx@h:1"},
+		{"@ in path is not userinfo", "http://h:1/a@b", "http://h:1/a@b"},
+		{"seller user:pass@host:port", "scraper:canary-pw-1234@10.0.0.1:1080", "xxxxx@10.0.0.1:1080"},
+		{"seller host:port:user:pass", "10.0.0.1:1080:scraper:canary-pw-1234", "10.0.0.1:1080:xxxxx"},
+		{"seller ipv6 host:port:user:pass", "[2001:db8::1]:1080:u:canary", "[2001:db8::1]:1080:xxxxx"},
+		{"plain host:port", "10.0.0.1:1080", "10.0.0.1:1080"},
+		{"bracketed host:port", "[::1]:1080", "[::1]:1080"},
+		{"empty", "", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := redactURL(tt.in); got != tt.want {
+				t.Errorf("redactURL(%q) = %q, want %q", tt.in, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestRedactText(t *testing.T) {
+	tests := []struct {
+		name    string
+		in      string
+		secrets []string
+		want    string
+	}{
+		{"url in a message", `upstream: invalid url "socks5://u:canary-pw-1234@h:x"`, nil,
+			`upstream: invalid url "socks5://u:xxxxx@h:x"`},
+		{"two urls", "a http://u:p1@h:1 b socks5://v:p2@g:2 c", nil,
+			"a http://u:xxxxx@h:1 b socks5://v:xxxxx@g:2 c"},
+		{"password holding @", `parse "socks5://u:can@ry-pw-1234@h:x": invalid port`, nil,
+			`parse "socks5://u:xxxxx@h:x": invalid port`},
+		{"escaped quote in password", `parse "socks5://u:p\"canary@h:x": bad`, nil,
+			`parse "socks5://u:xxxxx@h:x": bad`},
+		{"mail address after url is not userinfo", `"socks5://h:1" rejected; ask ops@example.com`, nil,
+			`"socks5://h:1" rejected; ask ops@example.com`},
+		{"explicit secret", "auth failed for scraper:canary-pw-1234", []string{"canary-pw-1234"},
+			"auth failed for scraper:xxxxx"},
+		{"percent-encoded secret", "dial socks5://u:p%40ss-canary@h:1 and p%40ss-canary", []string{"p@ss-canary"},
+			"dial socks5://u:xxxxx@h:1 and xxxxx"},
+		{"short secret kept", "a b c", []string{"a"}, "a b c"},
+		{"empty secret ignored", "text", []string{""}, "text"},
+		{"nothing to hide", "dial tcp 127.0.0.1:1: connection refused", nil, "dial tcp 127.0.0.1:1: connection refused"},
+		{"trailing scheme", "odd text ://", nil, "odd text ://"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := redactText(tt.in, tt.secrets...); got != tt.want {
+				t.Errorf("redactText(%q) = %q, want %q", tt.in, got, tt.want)
+			}
+		})
+	}
+}
+
+// TestRedactNeverLeaks checks the property the helpers exist for, over
+// shapes a password can take inside a URL.
+func TestRedactNeverLeaks(t *testing.T) {
+	const canary = "canary-pw-1234"
+	shapes := []string{
+		"socks5://u:%s@h:1080", "http://u:%s@h:1/p", "https://user:%s@[::1]:443",
+		"socks5://u:x@%s@h:1", "socks5://u:%s@h:bad", "socks5h://u:%s@", "u:%s@h:1", "h:1:u:%s",
+	}
+	for _, sh := range shapes {
+		raw := strings.Replace(sh, "%s", canary, 1)
+		got := []string{redactURL(raw)}
+		if strings.Contains(raw, "://") { // redactText finds URLs by their scheme
+			got = append(got, redactText("err: "+raw+" end"))
+		}
+		for _, got := range got {
+			if strings.Contains(got, "canary") || strings.Contains(got, "1234") {
+				t.Errorf("%q redacted to %q: the password is still there", raw, got)
+			}
+		}
+	}
+}
