@@ -2,69 +2,106 @@ package gateway
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
-	"github.com/rs/zerolog"
 )
 
-// WatchFiles reports changes of the config file and its list files on the
-// returned channel, debounced, until ctx ends. Directories are watched
-// rather than files, so editors that replace a file (write + rename) and
-// Kubernetes ConfigMap symlink swaps are seen too. With no file (built-in
-// defaults) the channel never fires.
-func WatchFiles(ctx context.Context, cfg *Config, log zerolog.Logger) <-chan struct{} {
-	out := make(chan struct{}, 1)
-	if cfg.Path() == "" {
-		return out
-	}
-	files := map[string]bool{filepath.Clean(cfg.Path()): true}
-	for _, f := range cfg.UpstreamFiles {
-		files[filepath.Clean(cfg.resolve(f.Path))] = true
-	}
+// reloadDebounce lets an editor finish a multi-step save before reloading.
+const reloadDebounce = 300 * time.Millisecond
+
+// Watch reloads on every signal from hup (SIGHUP) and on every change of the
+// config file or its list files, until ctx ends. One watcher lives for the
+// whole run, so a change made while a reload is in progress is queued, not
+// lost; after each reload the set of files is re-read, so an
+// [[upstream_file]] added by a reload is watched too. Directories are
+// watched rather than files, so editors that replace a file (write +
+// rename) and Kubernetes ConfigMap symlink swaps are seen. Failures are
+// logged with FILE:LINE and change nothing.
+func (s *Server) Watch(ctx context.Context, hup <-chan os.Signal) {
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
-		log.Warn().Err(err).Msg("file watching unavailable: reload with SIGHUP")
-		return out
+		s.log.Warn().Err(err).Msg("file watching unavailable: reload with SIGHUP")
+	} else {
+		defer w.Close()
+	}
+	var events chan fsnotify.Event
+	var errs chan error
+	if w != nil {
+		events, errs = w.Events, w.Errors
 	}
 	dirs := map[string]bool{}
-	for f := range files {
-		d := filepath.Dir(f)
-		if !dirs[d] {
-			dirs[d] = true
-			if err := w.Add(d); err != nil {
-				log.Warn().Err(err).Str("dir", d).Msg("cannot watch directory")
+	files := map[string]bool{}
+	refresh := func() {
+		files = s.watchedFiles()
+		for f := range files {
+			d := filepath.Dir(f)
+			if w == nil || dirs[d] {
+				continue
 			}
+			if err := w.Add(d); err != nil {
+				s.log.Warn().Err(err).Str("dir", d).Msg("cannot watch directory")
+				continue
+			}
+			dirs[d] = true
 		}
 	}
-	go func() { // owner: caller's ctx; ends when ctx is done
-		defer w.Close()
-		var timer <-chan time.Time
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case ev, ok := <-w.Events:
-				if !ok {
-					return
-				}
-				if files[filepath.Clean(ev.Name)] && ev.Op&(fsnotify.Write|fsnotify.Create|fsnotify.Rename|fsnotify.Remove) != 0 {
-					timer = time.After(300 * time.Millisecond)
-				}
-			case err, ok := <-w.Errors:
-				if !ok {
-					return
-				}
-				log.Warn().Err(err).Msg("file watch error")
-			case <-timer:
-				timer = nil
-				select {
-				case out <- struct{}{}:
-				default:
-				}
-			}
+	reload := func(why string) {
+		s.log.Info().Str("reason", why).Msg("reloading")
+		if err := s.ReloadFile(); err != nil {
+			s.log.Error().Str("err", err.Error()).Msg("reload rejected: keeping the running config")
 		}
-	}()
-	return out
+		refresh()
+	}
+	refresh()
+	var debounce <-chan time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			reload("SIGHUP")
+		case ev, ok := <-events:
+			if !ok {
+				events = nil
+				continue
+			}
+			if files[filepath.Clean(ev.Name)] && ev.Op&(fsnotify.Write|fsnotify.Create|fsnotify.Rename|fsnotify.Remove) != 0 {
+				debounce = time.After(reloadDebounce)
+			}
+		case err, ok := <-errs:
+			if !ok {
+				errs = nil
+				continue
+			}
+			s.log.Warn().Err(err).Msg("file watch error")
+		case <-debounce:
+			debounce = nil
+			reload("config file changed")
+		}
+	}
+}
+
+// watchedFiles is the config file and its list files (none with built-in
+// defaults).
+func (s *Server) watchedFiles() map[string]bool {
+	cfg := s.cfg.Load()
+	files := map[string]bool{}
+	if cfg.Path() == "" {
+		return files
+	}
+	files[filepath.Clean(absPath(cfg.Path()))] = true
+	for _, f := range cfg.UpstreamFiles {
+		files[filepath.Clean(absPath(cfg.resolve(f.Path)))] = true
+	}
+	return files
+}
+
+func absPath(p string) string {
+	if a, err := filepath.Abs(p); err == nil {
+		return a
+	}
+	return p
 }

@@ -162,6 +162,7 @@ func (p *Pool) Dial(ctx context.Context, req Request) (*Lease, error) {
 // concurrent use.
 type Attempts struct {
 	p     *Pool
+	cfg   PoolConfig // the settings this request started with
 	req   Request
 	host  string
 	list  []Attempt
@@ -174,7 +175,8 @@ type Attempts struct {
 
 // NewAttempts starts an attempt loop for req.
 func (p *Pool) NewAttempts(req Request) *Attempts {
-	return &Attempts{p: p, req: req, host: req.Host(), tried: make([]*Endpoint, 0, p.cfg.MaxAttempts)}
+	cfg := p.Config()
+	return &Attempts{p: p, cfg: cfg, req: req, host: req.Host(), tried: make([]*Endpoint, 0, cfg.MaxAttempts)}
 }
 
 // List returns the failed attempts so far.
@@ -195,7 +197,7 @@ func (a *Attempts) Next(ctx context.Context) (*Endpoint, error) {
 			p.slotWaiters.Add(-1)
 		}
 	}()
-	for len(a.tried) < p.cfg.MaxAttempts {
+	for len(a.tried) < a.cfg.MaxAttempts {
 		// Take the wake-up channels before picking, so a change between
 		// the pick and the wait is not lost.
 		changed := p.tr.Changed()
@@ -216,7 +218,7 @@ func (a *Attempts) Next(ctx context.Context) (*Endpoint, error) {
 			continue
 		}
 		if a.waitTimer == nil {
-			a.waitTimer = p.clock.After(p.cfg.WaitForUpstream)
+			a.waitTimer = p.clock.After(a.cfg.WaitForUpstream)
 		}
 		var retry <-chan time.Time
 		if a.rateWait > 0 {
@@ -350,7 +352,7 @@ func (p *Pool) pick(a *Attempts) *Endpoint {
 			}
 		}
 	}
-	return p.strategy.pick(s, a)
+	return p.settings.Load().strategy.pick(s, a)
 }
 
 // wait blocks until the tracker signals a change, a slot frees, a rate

@@ -88,11 +88,12 @@ type Endpoint struct {
 	// come from the pool's slab (dense), so ranking a sample of a large
 	// pool touches little memory. It sits next to MaxConns: releasing a
 	// tunnel reads both, from one cache line.
-	ld     *load
-	dialer proxy.ContextDialer
-	clock  health.Clock // the pool's, for latency samples
-	rec    *health.Record
-	limit  *rateLimiter // nil when Rate is 0
+	ld      *load
+	dialer  proxy.ContextDialer
+	dialGen uint64       // the pool's dialer generation it was built in
+	clock   health.Clock // the pool's, for latency samples
+	rec     *health.Record
+	limit   *rateLimiter // nil when Rate is 0
 }
 
 // load is the mutable per-identity state of an endpoint, shared by every

@@ -3,6 +3,7 @@ package upstream
 import (
 	"hash/maphash"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rotor-proxy/rotor/health"
@@ -75,8 +76,8 @@ const (
 // expires after ttl without one. Keys (not *Endpoint) are stored so that an
 // entry survives a reload that rebuilds the endpoint values.
 type sessions struct {
-	ttl    time.Duration
-	max    int // entries held at most, all shards together
+	ttlNs  atomic.Int64 // time.Duration; changed by a reload
+	max    int          // entries held at most, all shards together
 	clock  health.Clock
 	seed   maphash.Seed
 	shards [sessionShards]sessionShard
@@ -96,7 +97,8 @@ type session struct {
 }
 
 func newSessions(ttl time.Duration, max int, clock health.Clock) *sessions {
-	s := &sessions{ttl: ttl, max: max, clock: clock, seed: maphash.MakeSeed()}
+	s := &sessions{max: max, clock: clock, seed: maphash.MakeSeed()}
+	s.ttlNs.Store(int64(ttl))
 	now := clock.Now()
 	for i := range s.shards {
 		s.shards[i].m = map[string]session{}
@@ -123,7 +125,7 @@ func (s *sessions) lookup(id string) string {
 	if !ok {
 		return ""
 	}
-	if now.Sub(x.seen) > s.ttl {
+	if now.Sub(x.seen) > s.ttl() {
 		delete(sh.m, id)
 		return ""
 	}
@@ -152,7 +154,7 @@ func (s *sessions) bind(id string, e *Endpoint) (from string, moved bool) {
 			sh.m[id] = old
 			return "", false
 		}
-	case now.Sub(old.seen) <= s.ttl:
+	case now.Sub(old.seen) <= s.ttl():
 		from, moved = old.name, true
 	}
 	sh.m[id] = session{key: e.Key, name: e.Name, seen: now}
@@ -162,9 +164,9 @@ func (s *sessions) bind(id string, e *Endpoint) (from string, moved bool) {
 // makeRoom sweeps sh's expired entries when a sweep is due, then evicts one
 // entry if sh is still full. Caller holds sh.mu.
 func (s *sessions) makeRoom(sh *sessionShard, now time.Time) {
-	if now.Sub(sh.lastSweep) >= min(s.ttl, sessionSweepEvery) {
+	if now.Sub(sh.lastSweep) >= min(s.ttl(), sessionSweepEvery) {
 		for k, x := range sh.m {
-			if now.Sub(x.seen) > s.ttl {
+			if now.Sub(x.seen) > s.ttl() {
 				delete(sh.m, k)
 			}
 		}
@@ -190,3 +192,8 @@ func (s *sessions) len() int {
 	}
 	return n
 }
+
+func (s *sessions) ttl() time.Duration { return time.Duration(s.ttlNs.Load()) }
+
+// setTTL applies a reloaded pool.session_ttl to every session's next use.
+func (s *sessions) setTTL(d time.Duration) { s.ttlNs.Store(int64(d)) }

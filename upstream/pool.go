@@ -98,11 +98,12 @@ func (c PoolConfig) Validate() error {
 // per-identity counters (active tunnels, latency) are carried over by
 // Update.
 type Pool struct {
-	cfg      PoolConfig
+	// cfg and strategy are replaced together by SetConfig; readers load
+	// the pointer once per operation.
+	settings atomic.Pointer[poolSettings]
 	tr       *health.Tracker
 	clock    health.Clock
 	log      zerolog.Logger
-	strategy strategy
 	sessions *sessions
 
 	set     atomic.Pointer[set]
@@ -120,6 +121,7 @@ type Pool struct {
 	// mu guards the fields below.
 	byKey   map[string]*Endpoint
 	dialCfg DialConfig
+	dialGen uint64 // bumped when dialCfg changes: endpoints of older generations are rebuilt
 	slab    []load // unused loads of the current chunk, see newLoad
 }
 
@@ -156,7 +158,8 @@ func NewPool(cfg PoolConfig, dial DialConfig, tr *health.Tracker, clock health.C
 	if dial.HandshakeTimeout == 0 {
 		dial.HandshakeTimeout = cfg.HandshakeTimeout
 	}
-	p := &Pool{cfg: cfg, tr: tr, clock: clock, log: log, strategy: st, byKey: map[string]*Endpoint{}, dialCfg: dial}
+	p := &Pool{tr: tr, clock: clock, log: log, byKey: map[string]*Endpoint{}, dialCfg: dial}
+	p.settings.Store(&poolSettings{cfg: cfg, strategy: st})
 	p.sessions = newSessions(cfg.SessionTTL, maxSessions, clock)
 	p.set.Store(newSet(nil))
 	ch := make(chan struct{})
@@ -164,8 +167,43 @@ func NewPool(cfg PoolConfig, dial DialConfig, tr *health.Tracker, clock health.C
 	return p, nil
 }
 
+// poolSettings is one immutable generation of the pool's configuration.
+type poolSettings struct {
+	cfg      PoolConfig
+	strategy strategy
+}
+
 // Config returns the pool's effective configuration.
-func (p *Pool) Config() PoolConfig { return p.cfg }
+func (p *Pool) Config() PoolConfig { return p.settings.Load().cfg }
+
+// SetConfig applies a reloaded [pool] table. Strategy, max_attempts,
+// wait_for_upstream, retry settings and session_ttl apply to the next
+// request; connect and handshake timeouts to dialers built from now on,
+// which is every upstream, since the dialers are rebuilt at once.
+// Requests already in their attempt loop finish with the settings they
+// started with. An invalid config returns an error and changes nothing.
+func (p *Pool) SetConfig(cfg PoolConfig) error {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	st, _ := newStrategy(cfg.Strategy)
+	old := p.settings.Load()
+	if old.cfg.Strategy == cfg.Strategy {
+		st = old.strategy // keep its state (round-robin cursor, latency choice)
+	}
+	p.settings.Store(&poolSettings{cfg: cfg, strategy: st})
+	p.sessions.setTTL(cfg.SessionTTL)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	dial := p.dialCfg
+	dial.ConnectTimeout, dial.HandshakeTimeout = cfg.ConnectTimeout, cfg.HandshakeTimeout
+	if dial != p.dialCfg {
+		p.dialCfg = dial
+		p.dialGen++ // every endpoint gets a new dialer at the next Update
+	}
+	return nil
+}
 
 // Tracker returns the pool's health tracker.
 func (p *Pool) Tracker() *health.Tracker { return p.tr }
@@ -209,7 +247,7 @@ func (p *Pool) Update(specs []Spec) (added, removed []string, err error) {
 			w = 1
 		}
 		old := p.byKey[key]
-		if old != nil && old.same(s, names[i], w) && p.tr.Add(key, old.Name, old.dialer, s.Disabled) == old.rec {
+		if old != nil && old.dialGen == p.dialGen && old.same(s, names[i], w) && p.tr.Add(key, old.Name, old.dialer, s.Disabled) == old.rec {
 			next = append(next, old)
 			continue
 		}
@@ -217,7 +255,7 @@ func (p *Pool) Update(specs []Spec) (added, removed []string, err error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		e := &Endpoint{Name: names[i], Key: key, URL: s.URL, Tags: s.Tags, Weight: w, MaxConns: s.MaxConns, Rate: s.Rate, dialer: d, clock: p.clock}
+		e := &Endpoint{Name: names[i], Key: key, URL: s.URL, Tags: s.Tags, Weight: w, MaxConns: s.MaxConns, Rate: s.Rate, dialer: d, clock: p.clock, dialGen: p.dialGen}
 		switch {
 		case old != nil:
 			// Open tunnels keep counting against the same identity.

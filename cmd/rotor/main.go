@@ -88,37 +88,20 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	log.Info().Str("version", version).Str("config", displayPath(cfg)).Msg("rotor started")
 
-	reload := func() {
-		if cfg.Path() == "" {
-			return
-		}
-		next, err := gateway.LoadConfig(cfg.Path())
-		if err != nil {
-			log.Error().Str("err", err.Error()).Msg("reload rejected: keeping the running config")
-			return
-		}
-		if err := srv.Reload(next); err != nil {
-			log.Error().Str("err", err.Error()).Msg("reload rejected: keeping the running config")
-		}
-	}
-	changes := gateway.WatchFiles(ctx, cfg, log)
-	for {
-		select {
-		case <-hup:
-			log.Info().Msg("SIGHUP: reloading")
-			reload()
-		case <-changes:
-			log.Info().Msg("config file changed: reloading")
-			reload()
-		case <-ctx.Done():
-			log.Info().Dur("grace", cfg.ShutdownGrace).Msg("shutting down: draining tunnels")
-			sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownGrace)
-			_ = srv.Shutdown(sctx)
-			cancel()
-			log.Info().Msg("stopped")
-			return 0
-		}
-	}
+	// Reloads run on their own goroutine until ctx ends (SIGTERM/SIGINT).
+	done := make(chan struct{})
+	go func() { // owner: run; ends when ctx is done
+		defer close(done)
+		srv.Watch(ctx, hup)
+	}()
+	<-ctx.Done()
+	<-done
+	log.Info().Dur("grace", srv.Config().ShutdownGrace).Msg("shutting down: draining tunnels")
+	sctx, cancel := context.WithTimeout(context.Background(), srv.Config().ShutdownGrace)
+	_ = srv.Shutdown(sctx)
+	cancel()
+	log.Info().Msg("stopped")
+	return 0
 }
 
 // loadConfig loads path, or ./rotor.toml when present, or the defaults.

@@ -1,0 +1,16 @@
+package gateway
+
+// ReloadFile re-reads the config file the server runs from and applies it
+// (Reload). An invalid file leaves the running config serving; the error
+// carries FILE:LINE. With built-in defaults there is nothing to re-read.
+func (s *Server) ReloadFile() error {
+	path := s.cfg.Load().Path()
+	if path == "" {
+		return nil
+	}
+	next, err := LoadConfig(path)
+	if err != nil {
+		return err
+	}
+	return s.Reload(next)
+}

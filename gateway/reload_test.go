@@ -1,0 +1,116 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/rotor-proxy/rotor/health"
+	"github.com/rotor-proxy/rotor/upstream/upstreamtest"
+)
+
+// eventuallyTrue polls cond for up to 10s (file-watch reloads are
+// asynchronous and have no channel to wait on).
+func eventuallyTrue(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if cond() {
+			return
+		}
+	}
+	t.Fatalf("timed out waiting for %s", what)
+}
+
+func TestReloadKeepsStateOfUnchangedUpstreams(t *testing.T) {
+	target := upstreamtest.NewTarget(t)
+	a := upstreamtest.NewSOCKS5(t, upstreamtest.Options{})
+	c := upstreamtest.NewSOCKS5(t, upstreamtest.Options{})
+	d := upstreamtest.NewSOCKS5(t, upstreamtest.Options{})
+	dead := upstreamtest.ClosedPort(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "rotor.toml")
+	listFile := filepath.Join(dir, "proxies.txt")
+	head := fmt.Sprintf("[listen]\nsocks5 = \"127.0.0.1:0\"\nhttp = \"127.0.0.1:0\"\nadmin = \"\"\n%s\n", probeConf(target))
+	write := func(p, text string) {
+		t.Helper()
+		// Write a temp file and rename it over, as editors do.
+		tmp := p + ".tmp"
+		if err := os.WriteFile(tmp, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(listFile, "# seller list\n")
+	write(path, head+fmt.Sprintf("[[upstream]]\nurl = %q\nname = \"a\"\n[[upstream]]\nurl = \"socks5://%s\"\nname = \"b\"\n[[upstream_file]]\npath = \"proxies.txt\"\nscheme = \"socks5\"\n", a.URL().String(), dead))
+
+	cfg, err := LoadConfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &logBuffer{}
+	srv, err := New(cfg, Options{Log: zerolog.New(logs)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	hup := make(chan os.Signal, 1)
+	watching := make(chan struct{})
+	go func() { defer close(watching); srv.Watch(ctx, hup) }()
+	t.Cleanup(func() {
+		cancel()
+		<-watching
+		_ = srv.Shutdown(context.Background())
+	})
+	waitState(t, srv, "a", health.Eligible)
+	waitState(t, srv, "b", health.Cooling)
+	before := srv.Tracker().Snapshot(srv.Pool().Lookup("a").Record())
+
+	// 1. SIGHUP: a changes tags only (same identity), b is removed, c added.
+	write(path, head+fmt.Sprintf("[[upstream]]\nurl = %q\nname = \"a\"\ntags = [\"us\"]\n[[upstream]]\nurl = %q\nname = \"c\"\n[[upstream_file]]\npath = \"proxies.txt\"\nscheme = \"socks5\"\n", a.URL().String(), c.URL().String()))
+	hup <- os.Interrupt
+	eventuallyTrue(t, "c added by SIGHUP", func() bool { return srv.Pool().Lookup("c") != nil })
+	if srv.Pool().Lookup("b") != nil {
+		t.Error("b still in the pool after its removal")
+	}
+	after := srv.Tracker().Snapshot(srv.Pool().Lookup("a").Record())
+	if after.State != health.Eligible || len(after.History) < len(before.History) || after.Successes < before.Successes {
+		t.Errorf("a lost its record across the reload: before %+v after %+v", before, after)
+	}
+	if got := srv.Pool().Lookup("a").Tags; len(got) != 1 || got[0] != "us" {
+		t.Errorf("a's tags = %v, want the new [us]", got)
+	}
+	if !strings.Contains(logs.String(), `"upstream":"b"`) || !strings.Contains(logs.String(), "operator") {
+		t.Error("removing b was not logged as an operator action")
+	}
+
+	// 2. A list-file edit alone (no signal) adds d.
+	write(listFile, "# seller list\n"+strings.TrimPrefix(d.Addr(), "")+"\nthis is not a proxy line\n")
+	eventuallyTrue(t, "d added from the list file", func() bool { return srv.Pool().Lookup(d.Addr()) != nil })
+	if !strings.Contains(logs.String(), "proxies.txt:3") {
+		t.Error("the bad list line was not reported with FILE:LINE")
+	}
+
+	// 3. An invalid edit is rejected; the running config keeps serving.
+	write(path, head+"[[upstream]]\nurl = \"socks5://x\"\nbogus_key = 1\n")
+	eventuallyTrue(t, "the rejected reload logged", func() bool {
+		return strings.Contains(logs.String(), "reload rejected") && strings.Contains(logs.String(), "rotor.toml:")
+	})
+	if srv.Pool().Lookup("a") == nil || srv.Pool().Lookup("c") == nil {
+		t.Fatal("a rejected reload changed the pool")
+	}
+	resp, err := socksGet(t, srv.Addr("socks5"), "", "", target.URL("/ok"))
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("after a rejected reload the old config must still serve: %v %v", resp, err)
+	}
+}
