@@ -1,0 +1,75 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func runCmd(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := run(args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestVersion(t *testing.T) {
+	code, out, _ := runCmd(t, "-version")
+	if code != 0 || !strings.HasPrefix(out, "rotor ") {
+		t.Fatalf("-version: %d %q", code, out)
+	}
+}
+
+func TestCheck(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, text string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	good := write("good.toml", "[[upstream]]\nurl = \"socks5://u:p@127.0.0.1:1080\"\n")
+	bad := write("bad.toml", "[pool]\nmax_attempts = 3\nwait_for_upstrem = \"10s\"\n\n[[upstream]]\nurl = \"ftp://u:secret-pw@127.0.0.1:21\"\n")
+	list := write("proxies.txt", "127.0.0.1:3128\nnot a proxy line\n")
+	withList := write("list.toml", "[[upstream_file]]\npath = \""+filepath.Base(list)+"\"\n")
+
+	cases := []struct {
+		name  string
+		path  string
+		code  int
+		wants []string
+	}{
+		{"valid", good, 0, []string{"ok"}},
+		{"unknown key and bad scheme", bad, 1, []string{bad + ":3: unknown key \"pool.wait_for_upstrem\"", bad + ":5: "}},
+		{"bad list line", withList, 1, []string{list + ":2: "}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out, errs := runCmd(t, "-config", tc.path, "-check")
+			if code != tc.code {
+				t.Fatalf("exit %d, want %d (stdout %q stderr %q)", code, tc.code, out, errs)
+			}
+			for _, w := range tc.wants {
+				if !strings.Contains(out+errs, w) {
+					t.Errorf("output lacks %q:\n%s%s", w, out, errs)
+				}
+			}
+			if strings.Contains(out+errs, "secret-pw") {
+				t.Error("-check echoed a password")
+			}
+		})
+	}
+}
+
+func TestBadFlags(t *testing.T) {
+	if code, _, _ := runCmd(t, "-log-format", "xml", "-version"); code != 0 {
+		// -version exits before the log format is looked at
+		t.Fatalf("exit %d", code)
+	}
+	if code, _, errs := runCmd(t, "-log-format", "xml", "-config", "/nonexistent.toml"); code == 0 || !strings.Contains(errs, "log-format") {
+		t.Fatalf("bad -log-format: exit %d %q", code, errs)
+	}
+}
