@@ -7,7 +7,7 @@
 set -eu
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-PKGS="squid dante-server microsocks tinyproxy curl proxychains4 apache2-utils chromium"
+PKGS="squid dante-server microsocks tinyproxy curl proxychains4 apache2-utils chromium redis-server"
 
 installed() {
 	dpkg -s "$1" 2>/dev/null | grep -q '^Status: install ok installed'

@@ -19,6 +19,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/rotor-proxy/rotor/cluster"
 	"github.com/rotor-proxy/rotor/health"
 	"github.com/rotor-proxy/rotor/upstream"
 )
@@ -38,16 +39,18 @@ type Config struct {
 	// private, link-local and metadata addresses. Default false.
 	AllowPrivateDestinations bool `toml:"allow_private_destinations"`
 
-	Listen          ListenConfig           `toml:"listen"`
-	Clients         []ClientConfig         `toml:"client"`
-	Pool            upstream.PoolConfig    `toml:"pool"`
-	Probe           health.ProbeConfig     `toml:"probe"`
-	Cooldown        health.CooldownConfig  `toml:"cooldown"`
-	SlowBody        SlowBodyConfig         `toml:"slow_body"`
-	TargetHTTPError TargetHTTPErrorConfig  `toml:"target_http_error"`
-	Upstreams       []UpstreamConfig       `toml:"upstream"`
-	UpstreamFiles   []UpstreamFileConfig   `toml:"upstream_file"`
-	Cluster         map[string]interface{} `toml:"cluster"`
+	Listen          ListenConfig          `toml:"listen"`
+	Clients         []ClientConfig        `toml:"client"`
+	Pool            upstream.PoolConfig   `toml:"pool"`
+	Probe           health.ProbeConfig    `toml:"probe"`
+	Cooldown        health.CooldownConfig `toml:"cooldown"`
+	SlowBody        SlowBodyConfig        `toml:"slow_body"`
+	TargetHTTPError TargetHTTPErrorConfig `toml:"target_http_error"`
+	Upstreams       []UpstreamConfig      `toml:"upstream"`
+	UpstreamFiles   []UpstreamFileConfig  `toml:"upstream_file"`
+	// Cluster is the [cluster] table: fleet mode through Redis (issue
+	// 10). Absent: single process, no Redis.
+	Cluster cluster.Config `toml:"cluster"`
 
 	// path is the file the config came from ("" for built-in defaults).
 	path  string
@@ -184,15 +187,12 @@ func ParseConfig(path string, data []byte) (*Config, error) {
 	if err != nil {
 		var pe toml.ParseError
 		if errors.As(err, &pe) {
-			return nil, ConfigErrors{{File: path, Line: pe.Position.Line, Msg: redactMsg(pe.Message)}}
+			return nil, ConfigErrors{{File: path, Line: pe.Position.Line, Msg: redactText(pe.Message)}}
 		}
-		return nil, ConfigErrors{{File: path, Msg: redactMsg(err.Error())}}
+		return nil, ConfigErrors{{File: path, Msg: redactText(err.Error())}}
 	}
 	var errs ConfigErrors
 	for _, k := range md.Undecoded() {
-		if len(k) > 0 && k[0] == "cluster" {
-			continue // fleet mode is not built yet; its table is accepted and reported at start
-		}
 		errs = append(errs, ConfigError{File: path, Line: c.lines.key(k), Msg: fmt.Sprintf("unknown key %q", k.String())})
 	}
 	c.fill(&md)
@@ -201,18 +201,6 @@ func ParseConfig(path string, data []byte) (*Config, error) {
 		return nil, errs
 	}
 	return c, nil
-}
-
-// redactMsg keeps parse errors from echoing a URL's password back.
-func redactMsg(s string) string {
-	if i := strings.Index(s, "://"); i >= 0 {
-		if at := strings.Index(s[i:], "@"); at >= 0 {
-			if colon := strings.Index(s[i+3:i+at], ":"); colon >= 0 {
-				return s[:i+3+colon+1] + "xxxxx" + s[i+at:]
-			}
-		}
-	}
-	return s
 }
 
 // fill applies defaults. md is nil for built-in defaults.
@@ -313,6 +301,9 @@ func (c *Config) validate() ConfigErrors {
 			add(c.lines.key(toml.Key{"target_http_error", "statuses"}), "target_http_error.statuses: %d is not an HTTP status", st)
 		}
 	}
+	if err := c.Cluster.Validate(); err != nil {
+		add(c.lines.table("cluster"), "%v", err)
+	}
 	if len(c.Upstreams) == 0 && len(c.UpstreamFiles) == 0 {
 		add(0, "no [[upstream]] or [[upstream_file]] configured")
 	}
@@ -363,7 +354,12 @@ func (u UpstreamConfig) spec() (upstream.Spec, error) {
 	}
 	pu, err := url.Parse(raw)
 	if err != nil {
-		return upstream.Spec{}, fmt.Errorf("upstream: invalid url %q", redactMsg(raw))
+		return upstream.Spec{}, fmt.Errorf("upstream: invalid url %q", redactURL(raw))
+	}
+	if pu.Opaque != "" {
+		// A seller line pasted as a URL ("user:pass@host:port") parses as
+		// scheme "user" with an opaque rest that holds the password.
+		return upstream.Spec{}, fmt.Errorf("upstream %q: want scheme://[user:pass@]host:port (socks5, http, https or direct)", redactURL(raw))
 	}
 	if u.PasswordEnv != "" {
 		pw := os.Getenv(u.PasswordEnv)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/rotor-proxy/rotor/cluster"
 	"github.com/rotor-proxy/rotor/health"
 	"github.com/rotor-proxy/rotor/upstream"
 )
@@ -24,6 +25,9 @@ type Server struct {
 	clock health.Clock
 	tr    *health.Tracker
 	pool  *upstream.Pool
+	// fleet is the fleet-mode member ([cluster]); nil in single-process
+	// mode. Started by Start, closed by Shutdown after the prober stopped.
+	fleet *cluster.Cluster
 
 	cfg  atomic.Pointer[Config]
 	auth atomic.Pointer[authenticator]
@@ -64,16 +68,35 @@ func New(cfg *Config, opt Options) (*Server, error) {
 	s := &Server{log: opt.Log, clock: clock, listeners: map[string]net.Listener{}}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.tr = health.NewTracker(trackerConfig(cfg), clock, opt.Log)
+	if cfg.Cluster.Enabled() {
+		// Installed before any upstream is added, so every record is
+		// shared and every probe asks for the fleet's lease.
+		fl, err := cluster.New(cfg.Cluster, s.tr, opt.Log)
+		if err != nil {
+			return nil, err
+		}
+		s.fleet = fl
+		s.tr.SetFleet(fl, fl, fl.RetryInterval())
+	}
+	fail := func(err error) (*Server, error) {
+		if s.fleet != nil {
+			_ = s.fleet.Close()
+		}
+		return nil, err
+	}
 	dial := upstream.DialConfig{AllowPrivate: cfg.AllowPrivateDestinations, TLS: opt.UpstreamTLS}
 	pool, err := upstream.NewPool(cfg.Pool, dial, s.tr, clock, opt.Log)
 	if err != nil {
-		return nil, err
+		return fail(err)
 	}
 	s.pool = pool
 	s.metrics = newMetrics(s)
+	if s.fleet != nil {
+		s.metrics.reg.MustRegister(s.fleet.Collector())
+	}
 	s.limits = newConnLimits(cfg.Listen.MaxConnections, cfg.Listen.MaxConnectionsPerIP)
 	if err := s.apply(cfg); err != nil {
-		return nil, err
+		return fail(err)
 	}
 	return s, nil
 }
@@ -150,6 +173,9 @@ func (s *Server) Start() error {
 		s.log.Warn().Msg("OPEN PROXY: a front listens beyond loopback with no [[client]] credentials (listen.allow_open = true)")
 	}
 	s.startStateFile()
+	if s.fleet != nil {
+		s.fleet.Start()
+	}
 	s.wg.Add(1)
 	go func() { // owner: Server; ends when s.ctx is cancelled by Shutdown
 		defer s.wg.Done()
@@ -241,6 +267,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.tunnelWG.Wait()
 	s.cancel()
 	s.wg.Wait()
+	if s.fleet != nil {
+		_ = s.fleet.Close() // after the prober: its probes may still release leases
+	}
 	s.stopStateFile()
 	return nil
 }
@@ -256,8 +285,17 @@ func (s *Server) Reload(cfg *Config) error {
 	if err := s.tr.SetConfig(trackerConfig(cfg)); err != nil {
 		return err
 	}
+	if err := s.pool.SetConfig(cfg.Pool); err != nil {
+		return err
+	}
+	if old.Cluster != cfg.Cluster {
+		s.log.Warn().Msg("reload: [cluster] changed; it takes effect after a restart")
+	}
 	if err := s.apply(cfg); err != nil {
 		return err
+	}
+	if s.fleet != nil {
+		s.fleet.Reconcile() // new upstreams pick up their shared records
 	}
 	s.kickState()
 	s.log.Info().Int("upstreams", len(s.pool.Endpoints())).Msg("config reloaded")

@@ -134,7 +134,7 @@ func (t *Tracker) Run(ctx context.Context) error {
 			// on wg).
 			go func(p *probeSpec) {
 				defer wg.Done()
-				t.runProbe(pctx, p, q, d)
+				t.gatedProbe(pctx, p, q, d)
 				select {
 				case done <- struct{}{}:
 				case <-pctx.Done():

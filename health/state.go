@@ -107,6 +107,9 @@ type change struct {
 	tr    Transition
 	until time.Time // wall clock, zero unless cooling
 	err   error     // cause, for the log only
+	// shared is the record to publish to the fleet (fleet.go); nil when
+	// fleet mode is off or the change is local-only.
+	shared *RemoteState
 }
 
 // effects collects what a mutator must do once it has unlocked.
@@ -114,6 +117,9 @@ type effects struct {
 	changes []change
 	items   []item // prober deadlines to schedule
 	wake    bool   // broadcast Changed
+	// remote marks changes applied from the fleet (ApplyRemote): they are
+	// not published again.
+	remote bool
 }
 
 // setState moves r to `to` and records the transition. Caller holds r.mu.
@@ -129,6 +135,9 @@ func (t *Tracker) setState(r *Record, now time.Time, to State, reason Class, sta
 	c := change{name: r.name, tr: tr, err: err}
 	if to == Cooling {
 		c.until = r.until
+	}
+	if !e.remote && t.fleet.Load() != nil {
+		c.shared = sharedState(r, tr)
 	}
 	e.changes = append(e.changes, c)
 	if to == Eligible {
@@ -176,6 +185,9 @@ func (t *Tracker) apply(e *effects) {
 		t.logChange(c)
 		if obs != nil {
 			obs.Transition(c.name, c.tr)
+		}
+		if c.shared != nil {
+			t.publishFleet(*c.shared)
 		}
 	}
 }

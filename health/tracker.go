@@ -47,8 +47,11 @@ type Tracker struct {
 	set atomic.Pointer[settings]
 
 	observer atomic.Pointer[Observer]
-	version  atomic.Uint64
-	running  atomic.Bool
+	// fleet holds the fleet-mode hooks (fleet.go); nil in single-process
+	// mode.
+	fleet   atomic.Pointer[fleetHooks]
+	version atomic.Uint64
+	running atomic.Bool
 
 	// changed is closed and replaced on every transition that may let a
 	// waiting client proceed; chMu serialises the replacement.

@@ -18,6 +18,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/rotor-proxy/rotor/cluster"
 	"github.com/rotor-proxy/rotor/gateway"
 )
 
@@ -51,6 +52,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	log := zerolog.New(out).With().Timestamp().Logger()
+	// go-redis has one process-wide logger (fleet mode): route it to ours.
+	cluster.SetRedisLogger(log)
 
 	cfg, err := loadConfig(*configPath)
 	if err != nil {

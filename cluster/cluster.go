@@ -1,0 +1,517 @@
+package cluster
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+	"github.com/rs/zerolog"
+
+	"github.com/rotor-proxy/rotor/health"
+)
+
+// Tracker is what the cluster needs from health.Tracker.
+type Tracker interface {
+	ApplyRemote(key string, rs health.RemoteState) bool
+	SetHistory(key string, h []health.Transition) bool
+	Policy() health.Policy
+	Records() []*health.Record
+}
+
+// opTimeout bounds every Redis command: nothing waits on Redis longer, and
+// no Redis command ever runs on the data path.
+const opTimeout = time.Second
+
+// Cluster is one instance's membership in a fleet. It implements
+// health.FleetHook (Publish) and health.ProbeGate (TryProbe). Create it
+// with New, install it on the tracker, Start it, and Close it after the
+// tracker's Run has returned.
+type Cluster struct {
+	cfg Config
+	log zerolog.Logger
+	tr  Tracker
+	rdb *redis.Client
+	tok string // instance name + "/" + random: this process's identity in records and leases
+
+	recPrefix, leasePrefix, channel, genKey string
+
+	connected atomic.Bool
+	kick      chan struct{}
+
+	ctx    context.Context // cancelled by Close: ends every goroutine below
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // subscriber, sync loop, lease renewers
+
+	mu sync.Mutex
+	// mu guards the fields below.
+	pending  map[string]health.RemoteState // local transitions not yet written, latest per key
+	releases []string                      // lease keys to release once pending is written
+	seen     map[string]int64              // newest record version applied or written, per key
+	gen      string                        // Redis generation seen last ("" before the first contact)
+	down     bool                          // an outage was logged and has not ended
+	started  bool
+}
+
+var (
+	_ health.FleetHook = (*Cluster)(nil)
+	_ health.ProbeGate = (*Cluster)(nil)
+)
+
+// New returns a cluster member for cfg (defaults filled) feeding tr. It
+// does not contact Redis; Start does. The Redis password comes from
+// cfg.RedisPasswordEnv when set.
+func New(cfg Config, tr Tracker, log zerolog.Logger) (*Cluster, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	opt, err := redis.ParseURL(cfg.Redis)
+	if err != nil {
+		return nil, errors.New("cluster.redis: invalid URL")
+	}
+	if cfg.RedisPasswordEnv != "" {
+		opt.Password = os.Getenv(cfg.RedisPasswordEnv)
+	}
+	opt.ClientName = "rotor-" + cfg.Instance
+	opt.DialTimeout, opt.ReadTimeout, opt.WriteTimeout = opTimeout, opTimeout, opTimeout
+	opt.PoolTimeout = opTimeout
+	opt.MaxRetries = 1
+	opt.DisableIdentity = true
+	opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	var rnd [8]byte
+	_, _ = rand.Read(rnd[:])
+	c := &Cluster{
+		cfg:         cfg,
+		log:         log.With().Str("instance", cfg.Instance).Logger(),
+		tr:          tr,
+		rdb:         redis.NewClient(opt),
+		tok:         cfg.Instance + "/" + hex.EncodeToString(rnd[:]),
+		recPrefix:   cfg.Prefix + ":rec:",
+		leasePrefix: cfg.Prefix + ":lease:",
+		channel:     cfg.Prefix + ":events",
+		genKey:      cfg.Prefix + ":gen",
+		kick:        make(chan struct{}, 1),
+		pending:     map[string]health.RemoteState{},
+		seen:        map[string]int64{},
+	}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	return c, nil
+}
+
+// Instance returns this instance's name.
+func (c *Cluster) Instance() string { return c.cfg.Instance }
+
+// Connected reports whether Redis answered the last health check.
+func (c *Cluster) Connected() bool { return c.connected.Load() }
+
+// LeaseTTL returns the probe lease lifetime in force.
+func (c *Cluster) LeaseTTL() time.Duration { return c.cfg.LeaseTTL }
+
+// RetryInterval is how long an instance whose probe another one owns
+// waits before asking again (for health.Tracker.SetFleet): short enough
+// that a dead owner's lease is taken over soon after it expires.
+func (c *Cluster) RetryInterval() time.Duration { return max(c.cfg.LeaseTTL/3, 200*time.Millisecond) }
+
+// Collector returns the rotor_cluster_connected gauge (1 while Redis
+// answers, 0 during an outage).
+func (c *Cluster) Collector() prometheus.Collector {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "rotor_cluster_connected",
+		Help: "1 while the fleet's Redis answers, 0 while this instance serves on its local view.",
+	}, func() float64 {
+		if c.connected.Load() {
+			return 1
+		}
+		return 0
+	})
+}
+
+// Start contacts Redis once (bounded by a one-second timeout), so that
+// records already shared are applied and probe leases are in force before
+// the prober's first probes, then starts the subscriber and the sync loop.
+// With Redis down it returns after that timeout and the instance serves
+// on its local view.
+func (c *Cluster) Start() {
+	c.mu.Lock()
+	if c.started {
+		c.mu.Unlock()
+		return
+	}
+	c.started = true
+	c.mu.Unlock()
+	c.check()
+	c.wg.Add(2)
+	go c.subscribe() // owner: Cluster; ends when Close cancels c.ctx
+	go c.syncLoop()  // owner: Cluster; ends when Close cancels c.ctx
+	c.log.Info().Str("redis", redactedAddr(c.rdb)).Msg("fleet mode on")
+}
+
+// Close stops every goroutine and closes the Redis client. Held leases are
+// not released: they expire (Close runs after the prober has stopped, and
+// an abandoned probe's outcome is unknown). Local transitions not yet
+// written are lost to the fleet.
+func (c *Cluster) Close() error {
+	c.cancel()
+	c.wg.Wait()
+	return c.rdb.Close()
+}
+
+func redactedAddr(rdb *redis.Client) string { return rdb.Options().Addr }
+
+// Publish queues a local transition for the shared record. It never
+// blocks: the sync loop writes it, and keeps it queued while Redis is
+// unreachable (only the latest transition per upstream is kept).
+func (c *Cluster) Publish(rs health.RemoteState) {
+	c.mu.Lock()
+	c.pending[rs.Key] = rs
+	c.mu.Unlock()
+	c.wake()
+}
+
+func (c *Cluster) wake() {
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+// TryProbe takes the probe lease of key: SET NX PX with this process's
+// token, renewed every LeaseTTL/3 until release. When the lease is taken
+// but the shared record shows the probe is needless (a probe passed
+// elsewhere, an operator disabled the upstream, a cooldown still runs),
+// the record is applied, the lease dropped and ok is false. With Redis
+// unreachable the instance probes on its own (ok, no lease).
+func (c *Cluster) TryProbe(key string) (func(), bool) {
+	if !c.connected.Load() {
+		c.log.Debug().Str("upstream_key", key).Msg("redis unreachable: probing locally")
+		return func() {}, true
+	}
+	ctx, cancel := context.WithTimeout(c.ctx, opTimeout)
+	defer cancel()
+	lk := c.leasePrefix + key
+	ok, err := c.rdb.SetNX(ctx, lk, c.tok, c.cfg.LeaseTTL).Result()
+	if err != nil {
+		c.setDown(err)
+		return func() {}, true
+	}
+	if !ok {
+		return nil, false
+	}
+	raw, err := c.rdb.Get(ctx, c.recPrefix+key).Result()
+	if err == nil {
+		if rec, derr := decodeRecord(raw); derr == nil && rec.settled(time.Now()) {
+			_, _ = releaseScript.Run(ctx, c.rdb, []string{lk}, c.tok).Result()
+			c.consider(rec, true)
+			return nil, false
+		}
+	}
+	stop := make(chan struct{})
+	c.wg.Add(1)
+	go c.renew(lk, stop) // owner: Cluster; ends on release (stop), loss of the lease, or Close
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			close(stop)
+			c.mu.Lock()
+			c.releases = append(c.releases, lk)
+			c.mu.Unlock()
+			c.wake()
+		})
+	}, true
+}
+
+// renew keeps lease lk alive while its probe runs.
+func (c *Cluster) renew(lk string, stop <-chan struct{}) {
+	defer c.wg.Done()
+	tk := time.NewTicker(c.cfg.LeaseTTL / 3)
+	defer tk.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-c.ctx.Done():
+			return
+		case <-tk.C:
+		}
+		ctx, cancel := context.WithTimeout(c.ctx, opTimeout)
+		n, err := renewScript.Run(ctx, c.rdb, []string{lk}, c.tok, c.cfg.LeaseTTL.Milliseconds()).Int()
+		cancel()
+		if err == nil && n == 0 {
+			c.log.Warn().Str("lease", lk).Msg("probe lease lost")
+			return
+		}
+	}
+}
+
+// consider applies a shared record read from Redis (message, pull or
+// write result) unless this process wrote it, it is not newer than one
+// already applied, or a local transition of the same upstream is waiting
+// to be written (that write decides). force skips the version check.
+func (c *Cluster) consider(rec record, force bool) {
+	c.mu.Lock()
+	if rec.Tok == c.tok {
+		c.seen[rec.Key] = max(c.seen[rec.Key], rec.V)
+		c.mu.Unlock()
+		return
+	}
+	_, waiting := c.pending[rec.Key]
+	if waiting || !force && rec.V <= c.seen[rec.Key] {
+		c.mu.Unlock()
+		return
+	}
+	c.seen[rec.Key] = max(c.seen[rec.Key], rec.V)
+	c.mu.Unlock()
+	rs, ok := rec.remote()
+	if !ok {
+		return
+	}
+	rs = c.clamp(rs)
+	c.tr.ApplyRemote(rec.Key, rs)
+}
+
+// clamp bounds a remote cooling deadline to the class's max cooldown plus
+// the skew tolerance, so a peer with a clock far ahead cannot park an
+// upstream for longer than this instance's policy allows.
+func (c *Cluster) clamp(rs health.RemoteState) health.RemoteState {
+	if rs.State != health.Cooling {
+		return rs
+	}
+	limit := time.Now().Add(c.tr.Policy().For(rs.Reason).Max + c.cfg.MaxClockSkew)
+	if rs.Until.After(limit) {
+		rs.Until = limit
+	}
+	return rs
+}
+
+// subscribe applies records published by other instances. go-redis
+// re-subscribes by itself after a connection loss; messages missed
+// meanwhile are caught by the sync loop's reconcile.
+func (c *Cluster) subscribe() {
+	defer c.wg.Done()
+	ps := c.rdb.Subscribe(c.ctx, c.channel)
+	defer ps.Close()
+	ch := ps.Channel(redis.WithChannelHealthCheckInterval(time.Second))
+	for {
+		select {
+		case <-c.ctx.Done():
+			return
+		case m, ok := <-ch:
+			if !ok {
+				return
+			}
+			rec, err := decodeRecord(m.Payload)
+			if err != nil || rec.Key == "" {
+				c.log.Warn().Err(err).Msg("fleet: undecodable record ignored")
+				continue
+			}
+			c.consider(rec, false)
+		}
+	}
+}
+
+// syncLoop writes queued transitions and releases, checks Redis every
+// second (logging an outage once and reconciling when it ends or Redis
+// restarted empty) and re-reads every record every Resync.
+func (c *Cluster) syncLoop() {
+	defer c.wg.Done()
+	tk := time.NewTicker(time.Second)
+	defer tk.Stop()
+	var lastSync time.Time
+	tick := func() {
+		if !c.check() {
+			return
+		}
+		if time.Since(lastSync) >= c.cfg.Resync {
+			c.reconcile()
+			lastSync = time.Now()
+		}
+		c.flush()
+	}
+	tick()
+	for {
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-c.kick:
+			if c.connected.Load() {
+				c.flush()
+			}
+		case <-tk.C:
+			tick()
+		}
+	}
+}
+
+// check pings Redis through its generation key: a random value set once
+// per Redis lifetime, so that a Redis restarted empty (versions start
+// over) is noticed even when no command failed. It returns true when Redis
+// answered; a return from an outage or a new generation forgets the
+// versions seen and reconciles at once.
+func (c *Cluster) check() bool {
+	ctx, cancel := context.WithTimeout(c.ctx, opTimeout)
+	defer cancel()
+	var rnd [8]byte
+	_, _ = rand.Read(rnd[:])
+	_ = c.rdb.SetNX(ctx, c.genKey, hex.EncodeToString(rnd[:]), 0).Err()
+	gen, err := c.rdb.Get(ctx, c.genKey).Result()
+	if err != nil {
+		c.setDown(err)
+		return false
+	}
+	c.mu.Lock()
+	fresh := gen != c.gen || c.down || !c.connected.Load()
+	wasDown := c.down
+	if gen != c.gen {
+		c.seen = map[string]int64{}
+		c.gen = gen
+	}
+	c.down = false
+	c.mu.Unlock()
+	c.connected.Store(true)
+	if fresh {
+		if wasDown {
+			c.log.Info().Msg("redis reachable again: reconciling the fleet view")
+		}
+		c.flush()
+		c.reconcile()
+	}
+	return true
+}
+
+// setDown records an outage, logged once until Redis answers again.
+func (c *Cluster) setDown(err error) {
+	c.connected.Store(false)
+	c.mu.Lock()
+	first := !c.down
+	c.down = true
+	c.mu.Unlock()
+	if first && c.ctx.Err() == nil {
+		c.log.Warn().Err(err).Msg("redis unreachable: serving and probing on the local view")
+	}
+}
+
+// flush writes the queued transitions, then releases the queued leases
+// (in that order, so that no instance takes a released lease before the
+// probe's outcome is in the shared record). A write that fails stays
+// queued unless a newer local transition replaced it.
+func (c *Cluster) flush() {
+	c.mu.Lock()
+	batch := c.pending
+	c.pending = map[string]health.RemoteState{}
+	rel := c.releases
+	c.releases = nil
+	c.mu.Unlock()
+	failed := false
+	for key, rs := range batch {
+		if failed {
+			c.requeue(key, rs)
+			continue
+		}
+		if err := c.write(rs); err != nil {
+			failed = true
+			c.requeue(key, rs)
+			c.setDown(err)
+		}
+	}
+	if failed {
+		return // the leases expire on their own
+	}
+	for _, lk := range rel {
+		ctx, cancel := context.WithTimeout(c.ctx, opTimeout)
+		_, _ = releaseScript.Run(ctx, c.rdb, []string{lk}, c.tok).Result()
+		cancel()
+	}
+}
+
+func (c *Cluster) requeue(key string, rs health.RemoteState) {
+	c.mu.Lock()
+	if _, newer := c.pending[key]; !newer {
+		c.pending[key] = rs
+	}
+	c.mu.Unlock()
+}
+
+// write runs writeScript for one transition. When the stored record was
+// newer, it is applied locally instead.
+func (c *Cluster) write(rs health.RemoteState) error {
+	b, err := json.Marshal(newRecord(rs, c.cfg.Instance, c.tok))
+	if err != nil {
+		return nil // cannot happen: plain fields
+	}
+	ctx, cancel := context.WithTimeout(c.ctx, opTimeout)
+	defer cancel()
+	res, err := writeScript.Run(ctx, c.rdb, []string{c.recPrefix + rs.Key, c.channel}, string(b), c.cfg.History).Slice()
+	if err != nil {
+		return err
+	}
+	if len(res) != 2 {
+		return errors.New("cluster: unexpected script result")
+	}
+	applied, _ := res[0].(int64)
+	out, _ := res[1].(string)
+	rec, err := decodeRecord(out)
+	if err != nil {
+		return nil
+	}
+	if applied == 1 {
+		c.mu.Lock()
+		c.seen[rec.Key] = max(c.seen[rec.Key], rec.V)
+		c.mu.Unlock()
+		// The shared history now holds this transition among the
+		// others': list the same one here as on every instance.
+		if shared, ok := rec.remote(); ok {
+			c.tr.SetHistory(rec.Key, shared.History)
+		}
+		return nil
+	}
+	c.consider(rec, true)
+	return nil
+}
+
+// reconcile reads the shared record of every local upstream and applies
+// the ones newer than what this instance has seen.
+func (c *Cluster) reconcile() {
+	rs := c.tr.Records()
+	const chunk = 500
+	for i := 0; i < len(rs); i += chunk {
+		part := rs[i:min(i+chunk, len(rs))]
+		keys := make([]string, len(part))
+		for j, r := range part {
+			keys[j] = c.recPrefix + r.Key()
+		}
+		ctx, cancel := context.WithTimeout(c.ctx, opTimeout)
+		vals, err := c.rdb.MGet(ctx, keys...).Result()
+		cancel()
+		if err != nil {
+			c.setDown(err)
+			return
+		}
+		for _, v := range vals {
+			s, ok := v.(string)
+			if !ok {
+				continue
+			}
+			if rec, err := decodeRecord(s); err == nil && rec.Key != "" {
+				c.consider(rec, false)
+			}
+		}
+	}
+}
+
+// Reconcile asks the sync loop to re-read every record soon (after a
+// config reload added upstreams).
+func (c *Cluster) Reconcile() {
+	c.mu.Lock()
+	c.gen = "" // forces a reconcile at the next check
+	c.mu.Unlock()
+	c.wake()
+}

@@ -1,0 +1,161 @@
+// Package cluster owns rotor's fleet mode (issue 10): several rotor
+// instances sharing one pool's health through Redis. It keeps a shared
+// record per upstream (state, reason, stage, wall-clock deadline, streak,
+// recent history) written atomically by a Lua script with a version, spreads
+// transitions over pub/sub, and hands out probe leases so that one instance
+// probes an upstream per cooldown.
+//
+// It does not own the state machine (package health does; cluster feeds it
+// through health.Tracker.ApplyRemote and receives its transitions through
+// health.FleetHook) and it never sits on the data path: picking an upstream
+// reads the tracker's local records, which the subscription keeps current.
+// With Redis unreachable every instance serves and classifies on its local
+// view and reconciles when Redis returns. Shared per-upstream limits and
+// sticky sessions are not shared (see docs/fleet.md).
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+)
+
+// Defaults for zero Config fields.
+const (
+	DefaultPrefix       = "rotor"
+	DefaultLeaseTTL     = 15 * time.Second
+	DefaultMaxClockSkew = 2 * time.Second
+	DefaultHistory      = 20
+	DefaultResync       = 10 * time.Second
+)
+
+// Config is the [cluster] table. A zero Config (no table) is single-process
+// mode: nothing here runs and no Redis is needed.
+type Config struct {
+	// Redis is the redis:// (or rediss://) URL of the shared store, e.g.
+	// "redis://127.0.0.1:6379/0". Required to turn fleet mode on. A
+	// password in the URL works but RedisPasswordEnv is preferred.
+	Redis string `toml:"redis"`
+	// RedisPasswordEnv names an environment variable holding the Redis
+	// password; it overrides one in the URL.
+	RedisPasswordEnv string `toml:"redis_password_env"`
+	// Instance names this instance in shared records and leases. Default:
+	// the hostname. Instances of one fleet must have distinct names.
+	Instance string `toml:"instance"`
+	// Prefix starts every Redis key and the pub/sub channel, so that
+	// several fleets can share one Redis. Default "rotor".
+	Prefix string `toml:"prefix"`
+	// LeaseTTL is how long a probe lease lasts without renewal: the owner
+	// renews it every LeaseTTL/3 while probing, so it only matters when the
+	// owner dies, and then another instance probes after it. Default 15s;
+	// at least 500ms.
+	LeaseTTL time.Duration `toml:"lease_ttl"`
+	// MaxClockSkew is the wall-clock disagreement between instances that
+	// the fleet tolerates (NTP-synchronised hosts stay far below it). A
+	// shared cooling deadline further ahead than the class's max cooldown
+	// plus MaxClockSkew is clamped to that. Default 2s.
+	MaxClockSkew time.Duration `toml:"max_clock_skew"`
+	// History is how many transitions the shared record keeps. Default 20.
+	History int `toml:"history"`
+	// Resync is how often every record is re-read from Redis, catching
+	// messages missed by a subscription that reconnected. Default 10s.
+	Resync time.Duration `toml:"resync"`
+}
+
+// Enabled reports whether fleet mode is on.
+func (c Config) Enabled() bool { return c.Redis != "" }
+
+// WithDefaults returns c with zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	if c.Instance == "" {
+		if h, err := os.Hostname(); err == nil && h != "" {
+			c.Instance = h
+		} else {
+			c.Instance = "rotor"
+		}
+	}
+	if c.Prefix == "" {
+		c.Prefix = DefaultPrefix
+	}
+	if c.LeaseTTL == 0 {
+		c.LeaseTTL = DefaultLeaseTTL
+	}
+	if c.MaxClockSkew == 0 {
+		c.MaxClockSkew = DefaultMaxClockSkew
+	}
+	if c.History == 0 {
+		c.History = DefaultHistory
+	}
+	if c.Resync == 0 {
+		c.Resync = DefaultResync
+	}
+	return c
+}
+
+// Validate checks c. A Config with no Redis URL and nothing else set is
+// valid (fleet mode off). Errors never carry a password.
+func (c Config) Validate() error {
+	if !c.Enabled() {
+		if c != (Config{}) {
+			return errors.New("cluster: redis is required")
+		}
+		return nil
+	}
+	var errs []string
+	if _, err := redis.ParseURL(c.Redis); err != nil {
+		errs = append(errs, fmt.Sprintf("cluster.redis: not a redis:// URL (%s)", redactURLError(err)))
+	}
+	if c.RedisPasswordEnv != "" && os.Getenv(c.RedisPasswordEnv) == "" {
+		errs = append(errs, fmt.Sprintf("cluster.redis_password_env: environment variable %s is empty or unset", c.RedisPasswordEnv))
+	}
+	if strings.ContainsAny(c.Instance, " \t\r\n/") {
+		errs = append(errs, fmt.Sprintf("cluster.instance: %q must not contain spaces or '/'", c.Instance))
+	}
+	if strings.ContainsAny(c.Prefix, " \t\r\n") {
+		errs = append(errs, fmt.Sprintf("cluster.prefix: %q must not contain spaces", c.Prefix))
+	}
+	if c.LeaseTTL != 0 && c.LeaseTTL < 500*time.Millisecond {
+		errs = append(errs, "cluster.lease_ttl: must be at least 500ms")
+	}
+	if c.MaxClockSkew < 0 || c.Resync < 0 {
+		errs = append(errs, "cluster: durations must not be negative")
+	}
+	if c.History < 0 {
+		errs = append(errs, "cluster.history: must not be negative")
+	}
+	if len(errs) > 0 {
+		return errors.New(strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// redactURLError keeps go-redis's URL errors from echoing a password: it
+// keeps only the message's first clause, which names the problem.
+func redactURLError(err error) string {
+	s := err.Error()
+	if i := strings.Index(s, "://"); i >= 0 {
+		return "invalid URL"
+	}
+	return s
+}
+
+// redisLog routes go-redis's internal log lines to a zerolog logger at
+// debug level.
+type redisLog struct{ log zerolog.Logger }
+
+func (l redisLog) Printf(_ context.Context, format string, v ...any) {
+	l.log.Debug().Str("component", "go-redis").Msg(fmt.Sprintf(format, v...))
+}
+
+// SetRedisLogger sends go-redis's own log lines (one per failed dial while
+// Redis is down) to log at debug level instead of the standard logger's
+// stderr, so that an outage is logged once, by the cluster. go-redis has
+// a single process-wide logger, so only cmd/rotor should call this, once,
+// at start-up (STYLE 1: process-wide state lives in cmd).
+func SetRedisLogger(log zerolog.Logger) { redis.SetLogger(redisLog{log: log}) }

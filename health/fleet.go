@@ -1,0 +1,230 @@
+package health
+
+import (
+	"context"
+	"time"
+)
+
+// Fleet mode (issue 10): several rotor instances share their records
+// through an external store (package cluster, on Redis). The tracker stays
+// the only owner of the state machine; fleet mode adds three seams:
+//
+//   - a FleetHook told about every substantive local transition (to
+//     cooling, eligible, disabled, and an operator's enable), outside every
+//     lock, so that it can be shared;
+//   - ApplyRemote, which applies a transition made by another instance
+//     without publishing it again (no echo loops);
+//   - a ProbeGate the prober asks before starting a probe, so that one
+//     instance probes an endpoint per cooldown.
+//
+// Deadlines stay on the tracker clock (monotonic); what crosses to the
+// fleet is wall clock (RemoteState.Until, RemoteState.At). A cooldown that
+// merely ran out (cooling → probe_allowed) is not shared: every instance
+// derives it from the shared Until, and publishing it could overwrite a
+// newer "eligible" written by the instance that probed.
+
+// RemoteState is one shared transition of a record: the record's state
+// after it and the fields every instance shows. Times are wall clock,
+// never a monotonic reading.
+type RemoteState struct {
+	Key    string
+	State  State
+	From   State
+	Reason Class
+	Stage  Stage
+	Detail string
+	// Until is the wall-clock end of cooling; zero unless State is Cooling.
+	Until time.Time
+	// Streak is the cooldown streak after the transition.
+	Streak int
+	// At is the wall-clock time of the transition.
+	At time.Time
+	// Instance names the instance that made the transition (set by the
+	// fleet store; informational).
+	Instance string
+	// History, when non-empty, replaces the record's history (the fleet's
+	// shared recent history, oldest first; bounded by Config.HistoryLen).
+	History []Transition
+}
+
+// FleetHook receives the local transitions to share. Publish is called
+// outside every lock from the goroutine that caused the transition (often a
+// client connection), so it must not block: queue and return.
+type FleetHook interface {
+	Publish(rs RemoteState)
+}
+
+// ProbeGate decides which instance probes an endpoint. TryProbe is called
+// from the probe goroutine (never under a lock and never on Run's loop)
+// before a probe of the record key starts. ok false means another instance
+// owns the probe: the tracker asks again after the retry interval given to
+// SetFleet, unless a remote transition moved the record on meanwhile. When
+// ok, release is called once the probe's outcome has been applied (and
+// handed to the FleetHook); a probe abandoned because Run stopped does not
+// call it, so its lease runs out as if the instance had died.
+type ProbeGate interface {
+	TryProbe(key string) (release func(), ok bool)
+}
+
+// fleetHooks is what SetFleet installs.
+type fleetHooks struct {
+	hook  FleetHook
+	gate  ProbeGate
+	retry time.Duration
+}
+
+// SetFleet installs fleet mode: hook receives local transitions, gate (nil:
+// none) is asked before each probe, and retry (default 1s) is how long a
+// record whose probe another instance owns waits before asking again. Call
+// it before Add and Run; a nil hook turns fleet mode off.
+func (t *Tracker) SetFleet(hook FleetHook, gate ProbeGate, retry time.Duration) {
+	if hook == nil {
+		t.fleet.Store(nil)
+		return
+	}
+	if retry <= 0 {
+		retry = time.Second
+	}
+	t.fleet.Store(&fleetHooks{hook: hook, gate: gate, retry: retry})
+}
+
+// sharedState builds the fleet record of r after transition tr, or nil
+// when tr is local-only: a cooldown that ran out or a state-file restore
+// (every instance derives or holds those itself). Caller holds r.mu.
+func sharedState(r *Record, tr Transition) *RemoteState {
+	if tr.To == ProbeAllowed && tr.Stage != StageOperator || tr.Detail == "restored from state file" {
+		return nil
+	}
+	return &RemoteState{
+		Key: r.key, State: tr.To, From: tr.From, Reason: tr.Reason, Stage: tr.Stage,
+		Detail: tr.Detail, Until: r.until, Streak: r.streak, At: tr.At,
+	}
+}
+
+// publishFleet hands rs to the fleet hook, if any. Called outside locks.
+func (t *Tracker) publishFleet(rs RemoteState) {
+	if f := t.fleet.Load(); f != nil {
+		f.hook.Publish(rs)
+	}
+}
+
+// ApplyRemote applies a transition another instance made to the record
+// key, without publishing it again, and reports whether the record exists.
+// wnow-relative: a cooling Until ahead of this instance's wall clock cools
+// the record until then (a deadline on the tracker clock, relative to now);
+// one already past makes it probe_allowed, as does a remote probe_allowed
+// (an operator's enable): the probe gate then decides who probes. A remote
+// eligible (a probe passed elsewhere) re-admits the record with slow start
+// and a new streak. A remote disabled disables it with the remote reason.
+// A transition to the state the record is already in (same Until when
+// cooling) changes nothing but the history. The history entry is bounded
+// like a local one; rs.History, when set, replaces the history.
+func (t *Tracker) ApplyRemote(key string, rs RemoteState) bool {
+	r := t.Lookup(key)
+	if r == nil {
+		return false
+	}
+	now := t.clock.Now()
+	wnow := wall(now)
+	s := t.settings()
+	e := effects{remote: true}
+	detail := truncate(rs.Detail, maxDetail)
+	if rs.Instance != "" {
+		detail = truncate(detail+" (instance "+rs.Instance+")", maxDetail)
+	}
+	r.mu.Lock()
+	if r.removed {
+		r.mu.Unlock()
+		return false
+	}
+	cur := State(r.state.Load())
+	left := rs.Until.Sub(wnow)
+	to := rs.State
+	if to == Cooling && left <= 0 {
+		to = ProbeAllowed
+	}
+	same := cur == to && (to != Cooling || r.until.Equal(rs.Until))
+	if !same {
+		if to != Eligible { // a recovered record keeps its last failure
+			r.reason, r.stage, r.detail = rs.Reason, rs.Stage, detail
+			r.streak = max(rs.Streak, 0)
+		}
+		switch to {
+		case Cooling:
+			r.after = [numClasses]int{}
+			r.deadline, r.until = now.Add(left), rs.Until
+			t.setState(r, now, Cooling, rs.Reason, rs.Stage, detail, nil, &e)
+			e.items = append(e.items, item{at: r.deadline, rec: r, epoch: r.epoch, kind: kindProbe})
+		case ProbeAllowed:
+			r.deadline, r.until = time.Time{}, time.Time{}
+			t.setState(r, now, ProbeAllowed, rs.Reason, rs.Stage, detail, nil, &e)
+			e.items = append(e.items, item{at: now, rec: r, epoch: r.epoch, kind: kindProbe})
+		case Eligible:
+			t.readmit(s, r, now, detail, &e)
+		case Disabled:
+			r.deadline, r.until = time.Time{}, time.Time{}
+			r.configDisabled = false
+			t.setState(r, now, Disabled, rs.Reason, rs.Stage, detail, nil, &e)
+		}
+	}
+	if len(rs.History) > 0 {
+		r.hist.replace(rs.History)
+	}
+	r.mu.Unlock()
+	t.version.Add(1)
+	t.apply(&e)
+	return true
+}
+
+// gatedProbe runs q's probe when the fleet's probe gate grants it (or
+// when there is no gate). Called on the probe goroutine Run owns; the
+// record is marked probing by claimProbe.
+func (t *Tracker) gatedProbe(ctx context.Context, p *probeSpec, q queued, d Dialer) {
+	f := t.fleet.Load()
+	if f == nil || f.gate == nil {
+		t.runProbe(ctx, p, q, d)
+		return
+	}
+	release, ok := f.gate.TryProbe(q.rec.key)
+	if !ok {
+		t.probeDeferred(q, f.retry)
+		return
+	}
+	t.runProbe(ctx, p, q, d)
+	if ctx.Err() == nil && release != nil {
+		release()
+	}
+}
+
+// probeDeferred clears the probing mark of q's record, whose probe another
+// instance owns, and asks again after retry unless the record moved on.
+func (t *Tracker) probeDeferred(q queued, retry time.Duration) {
+	r := q.rec
+	r.mu.Lock()
+	r.probing = false
+	live := !r.removed && q.epoch == r.epoch && State(r.state.Load()) == ProbeAllowed
+	r.mu.Unlock()
+	if live {
+		t.sched.push(item{at: t.clock.Now().Add(retry), rec: r, epoch: q.epoch, kind: kindProbe})
+		t.kickProber()
+	}
+}
+
+// SetHistory replaces the history of the record key with h (the fleet's
+// shared history, oldest first, bounded by Config.HistoryLen), after this
+// instance's own transition was written to the shared record, so that
+// every instance lists the same history. It reports whether the record
+// exists.
+func (t *Tracker) SetHistory(key string, h []Transition) bool {
+	r := t.Lookup(key)
+	if r == nil || len(h) == 0 {
+		return r != nil
+	}
+	r.mu.Lock()
+	if !r.removed {
+		r.hist.replace(h)
+	}
+	r.mu.Unlock()
+	t.version.Add(1)
+	return true
+}

@@ -1,0 +1,200 @@
+package health
+
+import (
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// fakeFleet is a FleetHook and ProbeGate for fleet-mode tests.
+type fakeFleet struct {
+	mu        sync.Mutex
+	published []RemoteState
+	grant     bool // TryProbe answer
+	asked     int
+	released  int
+}
+
+func (f *fakeFleet) Publish(rs RemoteState) {
+	f.mu.Lock()
+	f.published = append(f.published, rs)
+	f.mu.Unlock()
+}
+
+func (f *fakeFleet) TryProbe(key string) (func(), bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.asked++
+	if !f.grant {
+		return nil, false
+	}
+	return func() {
+		f.mu.Lock()
+		f.released++
+		f.mu.Unlock()
+	}, true
+}
+
+func (f *fakeFleet) snapshot() (pub []RemoteState, asked, released int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]RemoteState(nil), f.published...), f.asked, f.released
+}
+
+func TestFleetPublishesSubstantiveTransitionsOnly(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := syncCfg()
+		cfg.StartEligible = true
+		tr := NewTracker(cfg, nil, zerolog.Nop())
+		ff := &fakeFleet{grant: true}
+		tr.SetFleet(ff, ff, time.Second)
+		up := &pipeUpstream{}
+		r := tr.Add("k", "up", up, false)
+		startRun(t, tr)
+
+		tr.Fail(r, &Failure{Class: Refused, Stage: StageDial})
+		time.Sleep(31 * time.Second) // refused base 30s: cooled, then probed and passed
+		synctest.Wait()
+		pub, asked, released := ff.snapshot()
+		var got []State
+		for _, p := range pub {
+			got = append(got, p.State)
+			if p.Key != "k" {
+				t.Errorf("published key %q", p.Key)
+			}
+		}
+		// cooling → probe_allowed (cooldown ran out) is local-only.
+		if len(got) != 2 || got[0] != Cooling || got[1] != Eligible {
+			t.Fatalf("published %v, want [cooling eligible]", got)
+		}
+		if pub[0].Until.IsZero() || pub[0].Until != pub[0].Until.Round(0) {
+			t.Errorf("cooling Until %v: want a wall-clock time without monotonic reading", pub[0].Until)
+		}
+		if pub[0].Reason != Refused || pub[0].Stage != StageDial || pub[0].Streak != 1 {
+			t.Errorf("cooling record %+v", pub[0])
+		}
+		if asked != 1 || released != 1 || up.requests.Load() != 1 {
+			t.Errorf("gate asked %d, released %d, probes %d; want 1, 1, 1", asked, released, up.requests.Load())
+		}
+	})
+}
+
+func TestFleetApplyRemoteCoolsWithoutEcho(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := syncCfg()
+		cfg.StartEligible = true
+		tr := NewTracker(cfg, nil, zerolog.Nop())
+		ff := &fakeFleet{grant: false} // another instance owns every probe
+		tr.SetFleet(ff, ff, 2*time.Second)
+		up := &pipeUpstream{}
+		r := tr.Add("k", "up", up, false)
+		startRun(t, tr)
+
+		until := time.Now().Add(10 * time.Second)
+		if !tr.ApplyRemote("k", RemoteState{Key: "k", State: Cooling, From: Eligible, Reason: Timeout,
+			Stage: StageTargetConnect, Detail: "boom", Until: until, Streak: 3, Instance: "b"}) {
+			t.Fatal("ApplyRemote: no record")
+		}
+		if tr.Admit(r) {
+			t.Fatal("admitted right after a remote cooling")
+		}
+		s := tr.Snapshot(r)
+		if s.State != Cooling || s.Reason != Timeout || s.Stage != StageTargetConnect || s.Streak != 3 || !s.Until.Equal(until) {
+			t.Fatalf("snapshot after remote cooling %+v", s)
+		}
+		if h := s.History; len(h) != 1 || h[0].Detail != "boom (instance b)" {
+			t.Fatalf("history %+v", h)
+		}
+		// Applying the same record again changes nothing.
+		tr.ApplyRemote("k", RemoteState{Key: "k", State: Cooling, Reason: Timeout, Until: until, Streak: 3})
+		if n := len(tr.Snapshot(r).History); n != 1 {
+			t.Errorf("idempotent apply added history: %d entries", n)
+		}
+
+		// The cooldown runs out: the gate is asked, says no, and is asked
+		// again every retry interval; nothing probes and nothing publishes.
+		time.Sleep(10*time.Second + 5*time.Second)
+		synctest.Wait()
+		pub, asked, _ := ff.snapshot()
+		if len(pub) != 0 {
+			t.Errorf("remote transitions echoed: %+v", pub)
+		}
+		if asked < 2 || up.requests.Load() != 0 {
+			t.Errorf("gate asked %d times, probes %d; want >= 2 and 0", asked, up.requests.Load())
+		}
+		// The owner's probe passed: re-admitted here, without a probe.
+		tr.ApplyRemote("k", RemoteState{Key: "k", State: Eligible, From: ProbeAllowed, Stage: StageProbe, Detail: "probe passed", Instance: "b"})
+		if !tr.Eligible(r) {
+			t.Fatalf("not eligible after a remote pass: %v", tr.Snapshot(r).State)
+		}
+		if s := tr.Snapshot(r); s.Streak != 0 || s.Reason != Timeout {
+			t.Errorf("after remote pass: streak %d reason %v, want 0 and the last failure kept", s.Streak, s.Reason)
+		}
+		_, asked2, _ := ff.snapshot()
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if _, asked3, _ := ff.snapshot(); asked3 != asked2 {
+			t.Errorf("gate asked %d more times after the record became eligible", asked3-asked2)
+		}
+		if pub, _, _ := ff.snapshot(); len(pub) != 0 {
+			t.Errorf("remote eligible echoed: %+v", pub)
+		}
+	})
+}
+
+func TestFleetApplyRemoteStates(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := syncCfg()
+		cfg.StartEligible = true
+		cfg.HistoryLen = 3
+		tr := NewTracker(cfg, nil, zerolog.Nop())
+		ff := &fakeFleet{}
+		tr.SetFleet(ff, ff, time.Second)
+		r := tr.Add("k", "up", &pipeUpstream{}, false)
+		if tr.ApplyRemote("missing", RemoteState{State: Disabled}) {
+			t.Error("ApplyRemote on an unknown key reported true")
+		}
+		tr.ApplyRemote("k", RemoteState{Key: "k", State: Disabled, Reason: Operator, Stage: StageOperator, Detail: "maintenance"})
+		if s := tr.Snapshot(r); s.State != Disabled || s.Reason != Operator {
+			t.Fatalf("remote disable: %+v", s)
+		}
+		// A cooling whose Until already passed here reads probe_allowed.
+		tr.ApplyRemote("k", RemoteState{Key: "k", State: Cooling, Reason: Refused, Until: time.Now().Add(-time.Second)})
+		if s := tr.Snapshot(r); s.State != ProbeAllowed {
+			t.Fatalf("expired remote cooling: %v, want probe_allowed", s.State)
+		}
+		// A shared history replaces the local one, bounded.
+		var h []Transition
+		for i := range 5 {
+			h = append(h, Transition{At: time.Unix(int64(i), 0), From: Eligible, To: Cooling})
+		}
+		tr.ApplyRemote("k", RemoteState{Key: "k", State: ProbeAllowed, Reason: Refused, History: h})
+		if got := tr.Snapshot(r).History; len(got) != 3 || !got[0].At.Equal(time.Unix(2, 0)) {
+			t.Fatalf("history %+v, want the newest 3", got)
+		}
+		if pub, _, _ := ff.snapshot(); len(pub) != 0 {
+			t.Errorf("remote transitions echoed: %+v", pub)
+		}
+		tr.Remove("k")
+		if tr.ApplyRemote("k", RemoteState{State: Disabled}) {
+			t.Error("ApplyRemote on a removed record reported true")
+		}
+	})
+}
+
+func TestFleetOffPublishesNothing(t *testing.T) {
+	cfg := syncCfg()
+	cfg.StartEligible = true
+	tr := NewTracker(cfg, nil, zerolog.Nop())
+	ff := &fakeFleet{}
+	tr.SetFleet(ff, ff, 0)
+	tr.SetFleet(nil, nil, 0) // off again
+	r := tr.Add("k", "up", &pipeUpstream{}, false)
+	tr.Fail(r, &Failure{Class: Refused, Stage: StageDial})
+	if pub, _, _ := ff.snapshot(); len(pub) != 0 {
+		t.Errorf("published with fleet mode off: %+v", pub)
+	}
+}
