@@ -47,6 +47,9 @@ func Redact(u *url.URL) string {
 	if u == nil {
 		return ""
 	}
+	if strings.EqualFold(u.Scheme, "direct") && u.Host == "" && u.Opaque == "" {
+		return "direct://" // url.URL prints "direct:", which reads like a typo
+	}
 	if u.Opaque != "" {
 		// A seller line mistaken for a URL: "user:pass@host:port" parses
 		// as scheme "user" with opaque "pass@host:port", and
