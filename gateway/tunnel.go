@@ -149,7 +149,9 @@ func relay(client, up net.Conn, pending []byte, slow SlowBodyConfig, idle time.D
 	res.Down = down
 	closeWrite(client)
 	// The client may still be sending; give it a bounded time to finish.
-	_ = client.SetReadDeadline(time.Now().Add(halfCloseLinger()))
+	if !wd.upstreamDone() {
+		_ = client.SetReadDeadline(time.Now().Add(halfCloseLinger()))
+	}
 	wg.Wait()
 	return res
 }

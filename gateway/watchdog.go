@@ -40,6 +40,20 @@ type watchdog struct {
 	finished   bool
 	reported   bool // one stall report per tunnel
 	clientDone bool // the client finished sending: linger applies
+	upDone     bool // the upstream side finished sending: linger applies
+}
+
+// upstreamDone is halfClosed for the other direction: the client may go on
+// sending, but once it has been silent for halfCloseLinger the tunnel is
+// closed. It reports false when there is no watchdog to do it.
+func (w *watchdog) upstreamDone() bool {
+	if w == nil {
+		return false
+	}
+	w.mu.Lock()
+	w.upDone = true
+	w.mu.Unlock()
+	return true
 }
 
 // halfClosed tells the watchdog the client finished sending (or left): the
@@ -117,7 +131,8 @@ func (w *watchdog) check() {
 	// nothing came back since. (Measuring from the client's last send, not
 	// the upstream's, keeps a long upload from counting as a stall.)
 	stalled := w.stall > 0 && u != w.baseU && cAgo < uAgo && cAgo >= w.stall
-	idle := (w.idle > 0 && cAgo >= w.idle && uAgo >= w.idle) || (w.clientDone && uAgo >= halfCloseLinger())
+	idle := (w.idle > 0 && cAgo >= w.idle && uAgo >= w.idle) || (w.clientDone && uAgo >= halfCloseLinger()) ||
+		(w.upDone && cAgo >= halfCloseLinger())
 	if idle {
 		w.finished = true
 	} else if !stalled || !w.reported {
