@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/rotor-proxy/rotor/health"
+	"github.com/rotor-proxy/rotor/internal/splice"
 	"github.com/rotor-proxy/rotor/upstream"
 )
 
@@ -189,12 +190,12 @@ func (s *Server) runTunnel(id uint64, front string, c net.Conn, lease *upstream.
 }
 
 // copyConn copies src to dst: splice without idle pipes between raw TCP
-// connections (copyTCP), io.Copy otherwise (TLS, buffered wrappers).
+// connections (splice.Copy), io.Copy otherwise (TLS, buffered wrappers).
 func copyConn(dst, src net.Conn) (int64, error) {
 	d, ok1 := dst.(*net.TCPConn)
 	s, ok2 := src.(*net.TCPConn)
 	if ok1 && ok2 {
-		return copyTCP(d, s)
+		return splice.Copy(d, s)
 	}
 	return io.Copy(dst, src)
 }

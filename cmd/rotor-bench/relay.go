@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	splicecopy "github.com/rotor-proxy/rotor/internal/splice"
 )
 
 // relay is "the upstream relay": the SOCKS5 server the gateway under test is
@@ -225,11 +227,11 @@ func splice(a, b *net.TCPConn, cp copyFunc) {
 type copyFunc func(dst, src *net.TCPConn) (int64, error)
 
 // copyFuncs are the relay's copy modes (-relay-copy). Both move bytes with
-// splice(2): "idle" is copyIdleAware (2 fds per idle tunnel, io.Copy once a
+// splice(2): "idle" is internal/splice.Copy (2 fds per idle tunnel, io.Copy once a
 // direction carries bulk), "iocopy" is plain io.Copy from the first byte (6
 // fds per idle tunnel: it parks a pipe pair per blocked direction).
 var copyFuncs = map[string]copyFunc{
-	"idle":   copyIdleAware,
+	"idle":   splicecopy.Copy,
 	"iocopy": func(dst, src *net.TCPConn) (int64, error) { return io.Copy(dst, src) },
 }
 

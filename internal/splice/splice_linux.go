@@ -1,4 +1,7 @@
-package gateway
+// Package splice copies between TCP connections with splice(2) without
+// holding a pipe while a connection is idle. It is shared by rotor's tunnel
+// relay and the load tool's upstream relay, so both move bytes the same way.
+package splice
 
 import (
 	"io"
@@ -12,7 +15,7 @@ import (
 // rest of its life.
 const bulkHandoff = 16 << 10
 
-// copyTCP copies src to dst with splice(2), like io.Copy, but never parks a
+// Copy copies src to dst with splice(2), like io.Copy, but never parks a
 // pipe pair on an idle connection. io.Copy between two *net.TCPConn takes a
 // pipe pair from Go's pool and keeps it while it blocks waiting for data,
 // so an idle tunnel would cost 2 sockets + 4 pipe fds (measured with
@@ -22,7 +25,7 @@ const bulkHandoff = 16 << 10
 // the pipe after the burst; an idle tunnel costs its 2 sockets. Once a
 // burst of bulkHandoff bytes is queued the rest goes through io.Copy.
 // Read deadlines on src apply as usual.
-func copyTCP(dst, src *net.TCPConn) (int64, error) {
+func Copy(dst, src *net.TCPConn) (int64, error) {
 	rc, err := src.SyscallConn()
 	if err != nil {
 		return io.Copy(dst, src)
