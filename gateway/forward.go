@@ -77,9 +77,8 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 		return
 	}
 	ctx := r.Context()
-	out := r.Clone(ctx)
+	out := r.Clone(ctx) // deep-copies the header too
 	out.RequestURI = ""
-	out.Header = r.Header.Clone()
 	removeHop(out.Header)
 	out.Close = false
 
