@@ -44,6 +44,19 @@ type Cluster struct {
 
 	recPrefix, leasePrefix, channel, genKey string
 
+	// Shared limits and sessions (share.go). pool is set once by SetPool
+	// before Start (nil: nothing to share).
+	pool                             Pool
+	instKey, sessPrefix, sessChannel string
+	instTTL                          time.Duration
+	instances                        atomic.Int64 // live instances last counted
+	loading                          atomic.Bool  // a session load runs
+	loadAgain                        atomic.Bool  // a session load is asked for
+
+	sessMu sync.Mutex // guards sessPending (apart from mu: SessionBound is on the data path)
+	// sessPending holds session bindings not yet written, latest per id.
+	sessPending map[string]sessBind
+
 	connected atomic.Bool
 	kick      chan struct{}
 
@@ -58,6 +71,7 @@ type Cluster struct {
 	seen     map[string]int64              // newest record version applied or written, per key
 	gen      string                        // Redis generation seen last ("" before the first contact)
 	down     bool                          // an outage was logged and has not ended
+	freshAt  time.Time                     // last (re)connection or new Redis generation
 	started  bool
 }
 
@@ -99,6 +113,11 @@ func New(cfg Config, tr Tracker, log zerolog.Logger) (*Cluster, error) {
 		leasePrefix: cfg.Prefix + ":lease:",
 		channel:     cfg.Prefix + ":events",
 		genKey:      cfg.Prefix + ":gen",
+		instKey:     cfg.Prefix + ":instances",
+		sessPrefix:  cfg.Prefix + ":sess:",
+		sessChannel: cfg.Prefix + ":sessions",
+		instTTL:     instanceTTL,
+		sessPending: map[string]sessBind{},
 		kick:        make(chan struct{}, 1),
 		pending:     map[string]health.RemoteState{},
 		seen:        map[string]int64{},
@@ -148,7 +167,9 @@ func (c *Cluster) Start() {
 	}
 	c.started = true
 	c.mu.Unlock()
-	c.check()
+	if c.check() {
+		c.heartbeat() // the limits are shared from the first pick
+	}
 	c.wg.Add(2)
 	go c.subscribe() // owner: Cluster; ends when Close cancels c.ctx
 	go c.syncLoop()  // owner: Cluster; ends when Close cancels c.ctx
@@ -160,6 +181,7 @@ func (c *Cluster) Start() {
 // an abandoned probe's outcome is unknown). Local transitions not yet
 // written are lost to the fleet.
 func (c *Cluster) Close() error {
+	c.leave()
 	c.cancel()
 	c.wg.Wait()
 	return c.rdb.Close()
@@ -297,8 +319,15 @@ func (c *Cluster) clamp(rs health.RemoteState) health.RemoteState {
 // meanwhile are caught by the sync loop's reconcile.
 func (c *Cluster) subscribe() {
 	defer c.wg.Done()
-	ps := c.rdb.Subscribe(c.ctx, c.channel)
+	ps := c.rdb.Subscribe(c.ctx, c.channel, c.sessChannel)
 	defer ps.Close()
+	// Wait (bounded) for the subscription, then load the stored sessions:
+	// a binding published before the subscription started is not missed.
+	ctx, cancel := context.WithTimeout(c.ctx, opTimeout)
+	if _, err := ps.Receive(ctx); err == nil {
+		c.loadSessionsAsync()
+	}
+	cancel()
 	ch := ps.Channel(redis.WithChannelHealthCheckInterval(time.Second))
 	for {
 		select {
@@ -307,6 +336,10 @@ func (c *Cluster) subscribe() {
 		case m, ok := <-ch:
 			if !ok {
 				return
+			}
+			if m.Channel == c.sessChannel {
+				c.applySession(m.Payload)
+				continue
 			}
 			rec, err := decodeRecord(m.Payload)
 			if err != nil || rec.Key == "" {
@@ -330,11 +363,13 @@ func (c *Cluster) syncLoop() {
 		if !c.check() {
 			return
 		}
+		c.heartbeat()
 		if time.Since(lastSync) >= c.cfg.Resync {
 			c.reconcile()
 			lastSync = time.Now()
 		}
 		c.flush()
+		c.flushSessions()
 	}
 	tick()
 	for {
@@ -344,6 +379,7 @@ func (c *Cluster) syncLoop() {
 		case <-c.kick:
 			if c.connected.Load() {
 				c.flush()
+				c.flushSessions()
 			}
 		case <-tk.C:
 			tick()
@@ -374,6 +410,9 @@ func (c *Cluster) check() bool {
 		c.seen = map[string]int64{}
 		c.gen = gen
 	}
+	if fresh {
+		c.freshAt = time.Now()
+	}
 	c.down = false
 	c.mu.Unlock()
 	c.connected.Store(true)
@@ -383,6 +422,7 @@ func (c *Cluster) check() bool {
 		}
 		c.flush()
 		c.reconcile()
+		c.loadSessionsAsync()
 	}
 	return true
 }

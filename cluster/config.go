@@ -10,8 +10,9 @@
 // health.FleetHook) and it never sits on the data path: picking an upstream
 // reads the tracker's local records, which the subscription keeps current.
 // With Redis unreachable every instance serves and classifies on its local
-// view and reconciles when Redis returns. Shared per-upstream limits and
-// sticky sessions are not shared (see docs/fleet.md).
+// view and reconciles when Redis returns. Per-upstream limits are divided
+// among the live instances and sticky sessions are shared (share.go,
+// docs/fleet.md), again without Redis on the data path.
 package cluster
 
 import (

@@ -90,6 +90,12 @@ func New(cfg *Config, opt Options) (*Server, error) {
 		return fail(err)
 	}
 	s.pool = pool
+	if s.fleet != nil {
+		// Per-upstream limits are divided among the live instances and
+		// sticky sessions are shared, off the data path (docs/fleet.md).
+		s.fleet.SetPool(pool)
+		pool.SetFleet(s.fleet)
+	}
 	s.metrics = newMetrics(s)
 	if s.fleet != nil {
 		s.metrics.reg.MustRegister(s.fleet.Collector())

@@ -264,11 +264,12 @@ func (a *Attempts) admit(h *hot) bool {
 	if len(a.req.Tags) > 0 && !h.e.HasTags(a.req.Tags) {
 		return false
 	}
-	if !reserve(h.ld, h.maxConns) {
+	share := p.share.Load() // fleet mode: this instance's share of the limits
+	if !reserve(h.ld, connShare(h.maxConns, share)) {
 		return false // saturated: skipped, not failed, not cooled
 	}
 	if h.limit != nil {
-		if ok, wait := h.limit.take(); !ok {
+		if ok, wait := h.limit.take(share); !ok {
 			h.ld.active.Add(-1)
 			if a.rateWait == 0 || wait < a.rateWait {
 				a.rateWait = wait
@@ -278,7 +279,7 @@ func (a *Attempts) admit(h *hot) bool {
 	}
 	if !p.tr.AdmitTarget(h.rec, a.host) {
 		if h.limit != nil {
-			h.limit.refund()
+			h.limit.refund(share)
 		}
 		h.ld.active.Add(-1)
 		return false
@@ -288,11 +289,17 @@ func (a *Attempts) admit(h *hot) bool {
 
 // Succeeded reports a successful attempt on e (which stays active). With a
 // session id the session is bound to e (its TTL slides); a session that
-// was bound to another endpoint has moved, which is logged at info.
+// was bound to another endpoint has moved, which is logged at info. In
+// fleet mode a new or moved binding (and a refresh, at most once per
+// ttl/4) is handed to the fleet, which queues it: nothing waits on Redis.
 func (a *Attempts) Succeeded(e *Endpoint) {
 	a.p.tr.SuccessTarget(e.rec, a.host)
-	if from, moved := a.p.sessions.bind(a.req.Session, e); moved {
+	from, moved, report := a.p.sessions.bind(a.req.Session, e)
+	if moved {
 		a.p.log.Info().Str("session", a.req.Session).Str("from", from).Str("to", e.Name).Msg("session moved")
+	}
+	if report && a.p.fleet != nil {
+		a.p.fleet.SessionBound(a.req.Session, e.Key, a.p.sessions.ttl())
 	}
 }
 

@@ -29,35 +29,110 @@ func newRateLimiter(rate float64, clock health.Clock) *rateLimiter {
 	return &rateLimiter{rate: rate, burst: burst, clock: clock, tokens: burst, last: clock.Now()}
 }
 
-// refill adds the tokens earned since last. Caller holds r.mu.
-func (r *rateLimiter) refill(now time.Time) {
+// refill adds the tokens earned since last at rate, up to burst. Caller
+// holds r.mu.
+func (r *rateLimiter) refill(now time.Time, rate, burst float64) {
 	if el := now.Sub(r.last); el > 0 {
-		r.tokens = min(r.tokens+el.Seconds()*r.rate, r.burst)
+		r.tokens += el.Seconds() * rate
 		r.last = now
 	}
+	r.tokens = min(r.tokens, burst) // the burst shrinks when the share does
 }
 
-// take consumes one token. When none is available it returns false and
-// how long until one will be.
-func (r *rateLimiter) take() (bool, time.Duration) {
+// share returns the rate and burst of this instance's share when share
+// instances split the endpoint's rate (fleet mode; 1 otherwise).
+func (r *rateLimiter) share(share int64) (rate, burst float64) {
+	if share <= 1 {
+		return r.rate, r.burst
+	}
+	rate = r.rate / float64(share)
+	return rate, max(rate, 1)
+}
+
+// take consumes one token of this instance's share of the rate. When none
+// is available it returns false and how long until one will be.
+func (r *rateLimiter) take(share int64) (bool, time.Duration) {
+	rate, burst := r.share(share)
 	now := r.clock.Now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.refill(now)
+	r.refill(now, rate, burst)
 	if r.tokens >= 1 {
 		r.tokens--
 		return true, 0
 	}
-	wait := time.Duration((1 - r.tokens) / r.rate * float64(time.Second))
+	wait := time.Duration((1 - r.tokens) / rate * float64(time.Second))
 	return false, max(wait, time.Millisecond)
 }
 
 // refund gives back a token taken by a pick that a later check refused,
 // so the refusal does not cost the endpoint a tunnel of its rate.
-func (r *rateLimiter) refund() {
+func (r *rateLimiter) refund(share int64) {
+	_, burst := r.share(share)
 	r.mu.Lock()
-	r.tokens = min(r.tokens+1, r.burst)
+	r.tokens = min(r.tokens+1, burst)
 	r.mu.Unlock()
+}
+
+// connShare returns this instance's share of an endpoint's max_conns when
+// share instances split it: ceil(maxConns/share), at least 1 (0 stays
+// unlimited).
+func connShare(maxConns, share int64) int64 {
+	if maxConns <= 0 || share <= 1 {
+		return maxConns
+	}
+	return max((maxConns+share-1)/share, 1)
+}
+
+// Fleet is the pool's link to the other rotor instances of a fleet
+// (package cluster implements it). The pool calls it on the data path, so
+// it must never block: it queues and returns.
+type Fleet interface {
+	// SessionBound reports that sticky session id is bound to the
+	// endpoint with identity key and stays so for ttl without use. The
+	// pool reports a new or moved session at once and a session still in
+	// use at most once per ttl/4.
+	SessionBound(id, key string, ttl time.Duration)
+}
+
+// SetFleet links the pool to its fleet. Call it before the pool serves;
+// nil (the default) is single-process mode.
+func (p *Pool) SetFleet(f Fleet) { p.fleet = f }
+
+// SetInstances sets how many instances share every endpoint's max_conns
+// and rate: this instance then allows ceil(max_conns/n) concurrent tunnels
+// (at least 1) and rate/n new tunnels per second per endpoint. n < 1 counts
+// as 1 (the whole limits, single-process mode). The fleet calls it when
+// its live-instance count changes; the pick path reads it atomically.
+func (p *Pool) SetInstances(n int) {
+	n64 := int64(max(n, 1))
+	if old := p.share.Swap(n64); n64 < old && p.slotWaiters.Load() > 0 {
+		p.wakeSlotWaiters() // a larger share: waiting clients may fit now
+	}
+}
+
+// Instances returns the share set by SetInstances (1 by default).
+func (p *Pool) Instances() int { return int(max(p.share.Load(), 1)) }
+
+// SessionKey returns the identity key of the endpoint session id is bound
+// to here, "" when it is unknown or expired (for status and tests).
+func (p *Pool) SessionKey(id string) string { return p.sessions.lookup(id) }
+
+// ApplySession binds sticky session id to the endpoint with identity key
+// as another instance reported it (fleet mode), left being how long the
+// binding lives without use. With fill, an id this instance holds already
+// is left alone (a bulk load must not undo a newer local move). The key
+// need not be one of this instance's endpoints (a pick then ignores it).
+func (p *Pool) ApplySession(id, key string, left time.Duration, fill bool) {
+	if id == "" || key == "" || left <= 0 {
+		return
+	}
+	name := key
+	s := p.set.Load()
+	if i, ok := s.byKey[key]; ok {
+		name = s.eps[i].Name
+	}
+	p.sessions.apply(id, key, name, left, fill)
 }
 
 // Sticky sessions bound their memory two ways: expired entries are swept
@@ -94,6 +169,7 @@ type session struct {
 	key  string // endpoint identity
 	name string // endpoint name when bound, for the move log line
 	seen time.Time
+	pub  time.Time // last report to the fleet (or from it): refreshes are throttled
 }
 
 func newSessions(ttl time.Duration, max int, clock health.Clock) *sessions {
@@ -134,10 +210,12 @@ func (s *sessions) lookup(id string) string {
 
 // bind records that e served id now (sliding the TTL). When id was bound
 // to another live endpoint it returns that endpoint's name and moved=true,
-// for the caller to log after the lock is released.
-func (s *sessions) bind(id string, e *Endpoint) (from string, moved bool) {
+// for the caller to log after the lock is released. report is true when
+// the fleet should learn of the binding: it is new or moved, or its last
+// report is at least ttl/4 old.
+func (s *sessions) bind(id string, e *Endpoint) (from string, moved, report bool) {
 	if id == "" {
-		return "", false
+		return "", false, false
 	}
 	now := s.clock.Now()
 	sh := s.shard(id)
@@ -151,14 +229,45 @@ func (s *sessions) bind(id string, e *Endpoint) (from string, moved bool) {
 		if old.name == e.Name {
 			// The common case: slide the TTL in place, no new strings.
 			old.seen = now
+			if report = now.Sub(old.pub) >= s.ttl()/4; report {
+				old.pub = now
+			}
 			sh.m[id] = old
-			return "", false
+			return "", false, report
 		}
 	case now.Sub(old.seen) <= s.ttl():
 		from, moved = old.name, true
 	}
-	sh.m[id] = session{key: e.Key, name: e.Name, seen: now}
-	return from, moved
+	sh.m[id] = session{key: e.Key, name: e.Name, seen: now, pub: now}
+	return from, moved, true
+}
+
+// apply records a binding another instance reported: id is bound to key
+// (named name here) and lives left more without use. With fill, a live
+// entry already held is kept as is.
+func (s *sessions) apply(id, key, name string, left time.Duration, fill bool) {
+	now := s.clock.Now()
+	ttl := s.ttl()
+	seen := now.Add(min(left, ttl) - ttl) // expires left from now
+	sh := s.shard(id)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	old, had := sh.m[id]
+	live := had && now.Sub(old.seen) <= ttl
+	switch {
+	case live && fill:
+		return
+	case live && old.key == key:
+		if seen.After(old.seen) {
+			old.seen = seen
+		}
+		old.pub = now // the fleet has just heard of it: no need to report it again soon
+		sh.m[id] = old
+		return
+	case !had:
+		s.makeRoom(sh, now)
+	}
+	sh.m[id] = session{key: key, name: name, seen: seen, pub: seen}
 }
 
 // makeRoom sweeps sh's expired entries when a sweep is due, then evicts one

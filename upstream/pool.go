@@ -109,6 +109,12 @@ type Pool struct {
 	set     atomic.Pointer[set]
 	waiting atomic.Int64
 
+	// fleet is set once by SetFleet before serving (nil: single process).
+	// share is how many instances split every endpoint's max_conns and
+	// rate (SetInstances; 0 and 1 mean this instance has them whole).
+	fleet Fleet
+	share atomic.Int64
+
 	// freed is closed and replaced when a tunnel ends on an endpoint with
 	// max_conns while some client is registered in slotWaiters, so a
 	// client that found every endpoint saturated is served as soon as a
@@ -328,12 +334,17 @@ func specNames(specs []Spec) []string {
 // of the pick that returned e) and wakes clients waiting for a slot.
 func (p *Pool) release(e *Endpoint) {
 	n := e.ld.active.Add(-1)
-	if e.MaxConns > 0 && n < int64(e.MaxConns) && p.slotWaiters.Load() > 0 {
-		p.freedMu.Lock()
-		old := p.freed.Load()
-		ch := make(chan struct{})
-		p.freed.Store(&ch)
-		p.freedMu.Unlock()
-		close(*old)
+	if e.MaxConns > 0 && n < connShare(int64(e.MaxConns), p.share.Load()) && p.slotWaiters.Load() > 0 {
+		p.wakeSlotWaiters()
 	}
+}
+
+// wakeSlotWaiters wakes every client waiting for a max_conns slot.
+func (p *Pool) wakeSlotWaiters() {
+	p.freedMu.Lock()
+	old := p.freed.Load()
+	ch := make(chan struct{})
+	p.freed.Store(&ch)
+	p.freedMu.Unlock()
+	close(*old)
 }

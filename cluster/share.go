@@ -1,0 +1,253 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Shared limits and sticky sessions (issue 10). Neither ever waits on
+// Redis on the data path:
+//
+//   - Limits: every instance heartbeats its name into the sorted set
+//     "<prefix>:instances" (scored by Redis's own clock, so no skew) and
+//     counts the members heard from within instanceTTL. The count N goes
+//     to the pool (Pool.SetInstances), which enforces a static local share
+//     of every endpoint's limits: ceil(max_conns/N) tunnels and rate/N new
+//     tunnels per second. During an outage the last count stays in force.
+//   - Sessions: a binding made here is queued (SessionBound) and written
+//     by the sync loop: SET "<prefix>:sess:<id>" PX ttl, and published on
+//     "<prefix>:sessions" so that every instance fills its local table.
+//     Lookups stay local. A starting or reconnecting instance loads the
+//     stored sessions it does not hold yet, in the background.
+
+// Pool is what the cluster needs from upstream.Pool for shared limits and
+// sessions.
+type Pool interface {
+	SetInstances(n int)
+	ApplySession(id, key string, left time.Duration, fill bool)
+}
+
+const (
+	// instanceTTL is how long an instance counts as live after its last
+	// heartbeat (sent every second): an instance that died stops holding
+	// a share of the limits after at most this.
+	instanceTTL = 5 * time.Second
+	// settleAfterConnect is how long after a (re)connection a lower
+	// instance count is not believed: every live instance heartbeats once
+	// a second, so by then each one reachable has been counted.
+	settleAfterConnect = 3 * time.Second
+	// maxPendingSessions bounds the session bindings queued while Redis is
+	// slow or unreachable; beyond it new ones are dropped (they stay local,
+	// and the next refresh, within ttl/4 of use, reports them again).
+	maxPendingSessions = 10_000
+	// maxLoadedSessions bounds the bulk load at start and reconnect (the
+	// pool holds at most 100,000 sessions anyway).
+	maxLoadedSessions = 100_000
+)
+
+// sessBind is one session binding on its way to Redis and the fleet.
+type sessBind struct {
+	ID  string `json:"id"`
+	Key string `json:"key"`
+	TTL int64  `json:"ttl"` // milliseconds
+}
+
+// SetPool links the cluster to the pool whose limits it divides and whose
+// sessions it shares. Call it before Start.
+func (c *Cluster) SetPool(p Pool) { c.pool = p }
+
+// Instances returns the live instance count last read from Redis (1
+// before the first heartbeat).
+func (c *Cluster) Instances() int { return int(max(c.instances.Load(), 1)) }
+
+// SessionBound queues a session binding for the fleet (upstream.Fleet).
+// It never blocks.
+func (c *Cluster) SessionBound(id, key string, ttl time.Duration) {
+	c.sessMu.Lock()
+	_, queued := c.sessPending[id]
+	if !queued && len(c.sessPending) >= maxPendingSessions {
+		c.sessMu.Unlock()
+		return
+	}
+	c.sessPending[id] = sessBind{ID: id, Key: key, TTL: max(ttl.Milliseconds(), 1)}
+	c.sessMu.Unlock()
+	c.wake()
+}
+
+// heartbeatScript records member ARGV[1] as live now (Redis's clock, in
+// ms), drops members silent for more than ARGV[2] ms and returns how many
+// are left.
+var heartbeatScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local ttl = tonumber(ARGV[2])
+redis.call('ZADD', KEYS[1], now, ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. (now - ttl))
+redis.call('PEXPIRE', KEYS[1], ttl * 2)
+return redis.call('ZCARD', KEYS[1])
+`)
+
+// heartbeat refreshes this instance's membership and passes the live
+// count to the pool when it changed.
+func (c *Cluster) heartbeat() {
+	ctx, cancel := context.WithTimeout(c.ctx, opTimeout)
+	n, err := heartbeatScript.Run(ctx, c.rdb, []string{c.instKey}, c.cfg.Instance, c.instTTL.Milliseconds()).Int64()
+	cancel()
+	if err != nil {
+		c.setDown(err)
+		return
+	}
+	n = max(n, 1)
+	c.mu.Lock()
+	settling := time.Since(c.freshAt) < min(c.instTTL, settleAfterConnect)
+	c.mu.Unlock()
+	old := c.instances.Load()
+	if settling && n < old {
+		// Just after a reconnect (or a Redis that restarted empty) the
+		// others may not have heartbeaten yet: a lower count is not
+		// believed until every live instance had the time to.
+		return
+	}
+	if old != n {
+		c.instances.Store(n)
+		c.log.Info().Int64("instances", n).Msg("fleet: live instances share per-upstream limits")
+	}
+	if c.pool != nil {
+		c.pool.SetInstances(int(n))
+	}
+}
+
+// leave removes this instance from the live set at shutdown, so the
+// others take over its share at once rather than after instanceTTL.
+func (c *Cluster) leave() {
+	if !c.connected.Load() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	_ = c.rdb.ZRem(ctx, c.instKey, c.cfg.Instance).Err()
+}
+
+// flushSessions writes the queued session bindings and publishes them, in
+// one pipeline. On failure the batch is queued again (newer bindings of
+// the same ids win).
+func (c *Cluster) flushSessions() {
+	c.sessMu.Lock()
+	batch := c.sessPending
+	if len(batch) == 0 {
+		c.sessMu.Unlock()
+		return
+	}
+	c.sessPending = map[string]sessBind{}
+	c.sessMu.Unlock()
+	ctx, cancel := context.WithTimeout(c.ctx, opTimeout)
+	defer cancel()
+	_, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, b := range batch {
+			msg, _ := json.Marshal(b)
+			p.Set(ctx, c.sessPrefix+b.ID, b.Key, time.Duration(b.TTL)*time.Millisecond)
+			p.Publish(ctx, c.sessChannel, msg)
+		}
+		return nil
+	})
+	if err == nil {
+		return
+	}
+	c.setDown(err)
+	c.sessMu.Lock()
+	for id, b := range batch {
+		if _, newer := c.sessPending[id]; !newer && len(c.sessPending) < maxPendingSessions {
+			c.sessPending[id] = b
+		}
+	}
+	c.sessMu.Unlock()
+}
+
+// applySession applies a binding published by an instance, this one
+// included: every instance applies the channel's messages in the one
+// order Redis delivers them, so two instances binding the same new
+// session at once end on the same upstream.
+func (c *Cluster) applySession(payload string) {
+	var b sessBind
+	if err := json.Unmarshal([]byte(payload), &b); err != nil || b.ID == "" || b.Key == "" {
+		c.log.Warn().Err(err).Msg("fleet: undecodable session message ignored")
+		return
+	}
+	if c.pool != nil {
+		c.pool.ApplySession(b.ID, b.Key, time.Duration(b.TTL)*time.Millisecond, false)
+	}
+}
+
+// loadSessionsAsync asks for a background load of the sessions stored in
+// Redis: it starts one, or makes the one running go over them once more
+// (a load asked for while one runs may have been asked for because the
+// subscription just started: bindings published before it must be seen).
+func (c *Cluster) loadSessionsAsync() {
+	if c.pool == nil {
+		return
+	}
+	c.loadAgain.Store(true)
+	if !c.loading.CompareAndSwap(false, true) {
+		return
+	}
+	c.wg.Add(1)
+	go func() { // owner: Cluster; ends when no load is asked for, or on Close
+		defer c.wg.Done()
+		for {
+			for c.loadAgain.Swap(false) && c.ctx.Err() == nil {
+				c.loadSessions()
+			}
+			c.loading.Store(false)
+			if !c.loadAgain.Load() || !c.loading.CompareAndSwap(false, true) {
+				return
+			}
+		}
+	}()
+}
+
+// loadSessions fills the local session table with the stored bindings it
+// lacks (a binding held locally may be newer: it is kept).
+func (c *Cluster) loadSessions() {
+	var cursor uint64
+	loaded := 0
+	for loaded < maxLoadedSessions {
+		ctx, cancel := context.WithTimeout(c.ctx, opTimeout)
+		keys, next, err := c.rdb.Scan(ctx, cursor, c.sessPrefix+"*", 1000).Result()
+		if err != nil {
+			cancel()
+			return // the next reconnect loads again
+		}
+		if len(keys) > 0 {
+			gets := make([]*redis.StringCmd, len(keys))
+			ttls := make([]*redis.DurationCmd, len(keys))
+			_, err = c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+				for i, k := range keys {
+					gets[i] = p.Get(ctx, k)
+					ttls[i] = p.PTTL(ctx, k)
+				}
+				return nil
+			})
+			if err != nil && err != redis.Nil {
+				cancel()
+				return
+			}
+			for i, k := range keys {
+				key, gerr := gets[i].Result()
+				left, terr := ttls[i].Result()
+				if gerr != nil || terr != nil || left <= 0 {
+					continue // expired meanwhile
+				}
+				c.pool.ApplySession(strings.TrimPrefix(k, c.sessPrefix), key, left, true)
+				loaded++
+			}
+		}
+		cancel()
+		if cursor = next; cursor == 0 {
+			return
+		}
+	}
+}
