@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
 	"golang.org/x/net/proxy"
 
 	"github.com/rotor-proxy/rotor/cluster/clustertest"
@@ -52,15 +51,7 @@ socks5 = "127.0.0.1:0"
 http = "127.0.0.1:0"
 admin = "127.0.0.1:0"
 `, probeConf(f.target), pool, f.redis.URL(), name, upstreamConf(names, f.ups, extra))
-		cfg, err := ParseConfig("share-"+name+".toml", []byte(text))
-		if err != nil {
-			t.Fatalf("config: %v", err)
-		}
-		logs := &logBuffer{}
-		srv, err := New(cfg, Options{Log: zerolog.New(logs)})
-		if err != nil {
-			t.Fatalf("New %s: %v", name, err)
-		}
+		srv, logs := newGateway(t, "share-"+name+".toml", text)
 		if err := srv.Start(); err != nil {
 			t.Fatalf("Start %s: %v", name, err)
 		}

@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/rotor-proxy/rotor/cluster/clustertest"
 	"github.com/rotor-proxy/rotor/health"
 	"github.com/rotor-proxy/rotor/upstream/upstreamtest"
@@ -85,15 +83,7 @@ socks5 = "127.0.0.1:0"
 http = "127.0.0.1:0"
 admin = "127.0.0.1:0"
 `, f.probe.URL("/ok"), probeTimeout, f.redis.URL(), name, f.u1.URL().String(), f.u2.URL().String())
-		cfg, err := ParseConfig("fleet-"+name+".toml", []byte(text))
-		if err != nil {
-			t.Fatalf("config: %v", err)
-		}
-		logs := &logBuffer{}
-		srv, err := New(cfg, Options{Log: zerolog.New(logs)})
-		if err != nil {
-			t.Fatalf("New %s: %v", name, err)
-		}
+		srv, logs := newGateway(t, "fleet-"+name+".toml", text)
 		if err := srv.Start(); err != nil {
 			t.Fatalf("Start %s: %v", name, err)
 		}

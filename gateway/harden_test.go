@@ -24,8 +24,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/rotor-proxy/rotor/upstream/upstreamtest"
 )
 
@@ -198,16 +196,7 @@ func TestHardenOpenBindRefused(t *testing.T) {
 func TestHardenStartRefusesOpenProxy(t *testing.T) {
 	build := func(t *testing.T, text string) (*Server, *logBuffer) {
 		t.Helper()
-		cfg, err := ParseConfig("test.toml", []byte(text))
-		if err != nil {
-			t.Fatalf("config: %v", err)
-		}
-		logs := &logBuffer{}
-		srv, err := New(cfg, Options{Log: zerolog.New(logs)})
-		if err != nil {
-			t.Fatalf("New: %v", err)
-		}
-		return srv, logs
+		return newGateway(t, "test.toml", text)
 	}
 	t.Run("refused", func(t *testing.T) {
 		srv, _ := build(t, "[listen]\nsocks5 = \"0.0.0.0:0\"\nhttp = \"127.0.0.1:0\"\nadmin = \"\"\n"+noUpstreamConf)

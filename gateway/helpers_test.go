@@ -35,14 +35,11 @@ func (l *logBuffer) String() string {
 	return l.b.String()
 }
 
-// startGateway starts a Server from TOML text with every front on
-// 127.0.0.1:0 unless the text sets [listen] itself.
-func startGateway(t *testing.T, text string) (*Server, *logBuffer) {
+// newGateway builds (does not start) a Server from TOML text named file,
+// logging into the returned buffer.
+func newGateway(t *testing.T, file, text string) (*Server, *logBuffer) {
 	t.Helper()
-	if !strings.Contains(text, "[listen]") {
-		text += "\n[listen]\nsocks5 = \"127.0.0.1:0\"\nhttp = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\n"
-	}
-	cfg, err := ParseConfig("test.toml", []byte(text))
+	cfg, err := ParseConfig(file, []byte(text))
 	if err != nil {
 		t.Fatalf("config: %v", err)
 	}
@@ -51,6 +48,17 @@ func startGateway(t *testing.T, text string) (*Server, *logBuffer) {
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
+	return srv, logs
+}
+
+// startGateway starts a Server from TOML text with every front on
+// 127.0.0.1:0 unless the text sets [listen] itself.
+func startGateway(t *testing.T, text string) (*Server, *logBuffer) {
+	t.Helper()
+	if !strings.Contains(text, "[listen]") {
+		text += "\n[listen]\nsocks5 = \"127.0.0.1:0\"\nhttp = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\n"
+	}
+	srv, logs := newGateway(t, "test.toml", text)
 	if err := srv.Start(); err != nil {
 		t.Fatalf("Start: %v", err)
 	}
