@@ -167,3 +167,40 @@ func waitFor(t *testing.T, cond func() bool) {
 	}
 	t.Fatal("condition not met within 5s")
 }
+
+// TestTunnelEndsWhenUpstreamFinishedAndClientStaysSilent: the upstream side
+// sent its answer and closed; a client that never closes its side must not
+// hold the tunnel past the half-close linger (watched, so an active upload
+// is never cut).
+func TestTunnelEndsWhenUpstreamFinishedAndClientStaysSilent(t *testing.T) {
+	setHalfCloseLinger(400 * time.Millisecond)
+	t.Cleanup(func() { setHalfCloseLinger(60 * time.Second) })
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = c.Write([]byte("bye"))
+			c.Close()
+		}
+	}()
+	target := upstreamtest.NewTarget(t)
+	srv, _ := startGateway(t, fmt.Sprintf("allow_private_destinations = true\n%s\n[pool]\nstart_eligible = true\n[[upstream]]\nurl = \"direct://\"\n", probeConf(target)))
+	_, br := rawSOCKS(t, srv.Addr("socks5"), ln.Addr().String(), nil)
+	buf := make([]byte, 3)
+	if _, err := io.ReadFull(br, buf); err != nil {
+		t.Fatal(err)
+	}
+	// The client keeps its side open and silent.
+	start := time.Now()
+	waitFor(t, func() bool { return srv.tunnels.count() == 0 })
+	if el := time.Since(start); el > 4*time.Second {
+		t.Fatalf("tunnel outlived the linger by far: %v", el)
+	}
+}
