@@ -2,28 +2,28 @@ package gateway
 
 import (
 	"context"
-	"net"
 	"sync"
 )
 
 // registry tracks open tunnels so that shutdown can wait for them to
 // finish and force-close the rest when the grace period ends.
 type registry struct {
-	mu    sync.Mutex // guards the fields below
-	open  map[uint64][2]net.Conn
-	empty chan struct{} // closed when open becomes empty; nil while empty
+	mu    sync.Mutex        // guards the fields below
+	open  map[uint64]func() // tunnel id → force-close
+	empty chan struct{}     // closed when open becomes empty; nil while empty
 }
 
-func (r *registry) add(id uint64, client, up net.Conn) {
+// add registers an open tunnel with the function that force-closes it.
+func (r *registry) add(id uint64, closeTunnel func()) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.open == nil {
-		r.open = map[uint64][2]net.Conn{}
+		r.open = map[uint64]func(){}
 	}
 	if len(r.open) == 0 {
 		r.empty = make(chan struct{})
 	}
-	r.open[id] = [2]net.Conn{client, up}
+	r.open[id] = closeTunnel
 }
 
 func (r *registry) remove(id uint64) {
@@ -62,14 +62,13 @@ func (r *registry) wait(ctx context.Context) bool {
 // closeAll force-closes every open tunnel and returns how many there were.
 func (r *registry) closeAll() int {
 	r.mu.Lock()
-	conns := make([][2]net.Conn, 0, len(r.open))
+	closers := make([]func(), 0, len(r.open))
 	for _, c := range r.open {
-		conns = append(conns, c)
+		closers = append(closers, c)
 	}
 	r.mu.Unlock()
-	for _, c := range conns {
-		_ = c[0].Close()
-		_ = c[1].Close()
+	for _, c := range closers {
+		c()
 	}
-	return len(conns)
+	return len(closers)
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/rotor-proxy/rotor/cluster"
 	"github.com/rotor-proxy/rotor/health"
+	"github.com/rotor-proxy/rotor/internal/splice"
 	"github.com/rotor-proxy/rotor/upstream"
 )
 
@@ -36,6 +37,7 @@ type Server struct {
 	cancel context.CancelFunc
 
 	tunnels       registry
+	reactor       *splice.Reactor // parks idle tunnel directions; nil: a goroutine per direction
 	connID        atomic.Uint64
 	metrics       *metrics
 	limits        *connLimits
@@ -178,6 +180,11 @@ func (s *Server) Start() error {
 	if cfg.Listen.AllowOpen && len(cfg.Clients) == 0 && !(isLoopback(cfg.Listen.SOCKS5) && isLoopback(cfg.Listen.HTTP)) {
 		s.log.Warn().Msg("OPEN PROXY: a front listens beyond loopback with no [[client]] credentials (listen.allow_open = true)")
 	}
+	if r, err := splice.NewReactor(); err == nil {
+		s.reactor = r
+	} else {
+		s.log.Debug().Err(err).Msg("no tunnel reactor: one goroutine per tunnel direction")
+	}
 	s.startStateFile()
 	if s.fleet != nil {
 		s.fleet.Start()
@@ -271,6 +278,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	hwg.Wait()
 	s.tunnelWG.Wait()
+	if s.reactor != nil {
+		_ = s.reactor.Close() // after the tunnels: none is parked any more
+	}
 	s.cancel()
 	s.wg.Wait()
 	if s.fleet != nil {

@@ -168,24 +168,34 @@ func closeWrite(c net.Conn) {
 
 // runTunnel starts the relay of an established tunnel and returns: the
 // tunnel runs on fresh goroutines, so the front's handler (its stack, and
-// go-socks5's or net/http's buffers) is freed while the tunnel idles. The
-// tunnel is counted in the drain registry and metrics, its slow-body
-// failures are reported, and at its end the lease is released, onEnd runs
-// (the connection-limit slot) and the one summary line is written.
+// go-socks5's or net/http's buffers) is freed while the tunnel idles; with
+// the server's reactor (Linux, raw TCP on both sides) an idle tunnel holds
+// no goroutine at all (pumpedTunnel). The tunnel is counted in the drain
+// registry and metrics, its slow-body failures are reported, and at its end
+// the lease is released, onEnd runs (the connection-limit slot) and the one
+// summary line is written.
 func (s *Server) runTunnel(id uint64, front string, c net.Conn, lease *upstream.Lease, pending []byte, addr, user string, start time.Time, onEnd func()) {
 	cfg := s.cfg.Load()
 	s.metrics.dialLatency(lease.Setup)
-	s.tunnels.add(id, c, lease.Conn)
 	s.metrics.tunnelStart(front)
 	s.tunnelWG.Add(1)
-	go func() { // owner: Server (tunnelWG); ends when both directions end or Shutdown force-closes
-		defer s.tunnelWG.Done()
-		defer onEnd()
-		res := relay(c, lease.Conn, pending, cfg.SlowBody, cfg.TunnelIdleTimeout, s.stallReporter(lease, addr))
+	finish := func(res relayResult) {
 		s.tunnels.remove(id)
 		s.metrics.tunnelEnd(front)
 		s.finishLease(lease, addr, res)
 		s.logTunnel(id, front, c, user, addr, lease, nil, res, start)
+		onEnd()
+		s.tunnelWG.Done()
+	}
+	report := s.stallReporter(lease, addr)
+	if t := newPumpedTunnel(s.reactor, c, lease.Conn, pending, cfg.SlowBody, cfg.TunnelIdleTimeout, report, finish); t != nil {
+		s.tunnels.add(id, t.abort) // before start: the tunnel may end at once
+		t.start()
+		return
+	}
+	s.tunnels.add(id, func() { _ = c.Close(); _ = lease.Conn.Close() })
+	go func() { // owner: Server (tunnelWG); ends when both directions end or Shutdown force-closes
+		finish(relay(c, lease.Conn, pending, cfg.SlowBody, cfg.TunnelIdleTimeout, report))
 	}()
 }
 

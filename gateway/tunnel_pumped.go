@@ -1,0 +1,170 @@
+package gateway
+
+import (
+	"errors"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rotor-proxy/rotor/health"
+	"github.com/rotor-proxy/rotor/internal/splice"
+)
+
+// pumpedTunnel is relay's behaviour (first-byte and stall detection,
+// half-close linger, idle timeout, byte counts) for a tunnel between two
+// raw TCP sockets, with each direction a splice.Pump: between bursts a
+// direction holds no goroutine, no buffer and no pipe, so an idle tunnel
+// costs its sockets and a few small records. Timing moves from read
+// deadlines to timers and the watchdog, since a parked direction makes no
+// read a deadline could end.
+type pumpedTunnel struct {
+	r          *splice.Reactor
+	client, up *net.TCPConn
+	pending    []byte
+	slow       SlowBodyConfig
+	idle       time.Duration
+	report     func(*health.Failure)
+	end        func(relayResult)
+	left       atomic.Int32 // directions still running
+
+	mu       sync.Mutex // guards the fields below
+	wd       *watchdog
+	upP      *splice.Pump // client → upstream
+	downP    *splice.Pump // upstream → client
+	aborted  bool
+	sentAt   time.Time // the client's first bytes went up (first-byte clock)
+	gotFirst bool      // the upstream side has sent
+	fbTimer  *time.Timer
+	res      relayResult
+}
+
+// newPumpedTunnel returns nil when the tunnel cannot be pumped (no
+// reactor, or a side is not a raw TCP socket, e.g. TLS to an https proxy):
+// the caller relays it the classic way.
+func newPumpedTunnel(r *splice.Reactor, client, up net.Conn, pending []byte, slow SlowBodyConfig, idle time.Duration,
+	report func(*health.Failure), end func(relayResult)) *pumpedTunnel {
+	if r == nil {
+		return nil
+	}
+	c, ok1 := client.(*net.TCPConn)
+	u, ok2 := up.(*net.TCPConn)
+	if !ok1 || !ok2 {
+		return nil
+	}
+	return &pumpedTunnel{r: r, client: c, up: u, pending: pending, slow: slow, idle: idle, report: report, end: end}
+}
+
+// start begins both directions; the tunnel then runs on its own and calls
+// end once both have finished.
+func (t *pumpedTunnel) start() {
+	t.left.Store(2)
+	wd := startWatchdog(t.client, t.up, t.slow.Stall, t.idle, t.report, t.abort)
+	t.mu.Lock()
+	t.wd = wd
+	t.mu.Unlock()
+	upP := t.r.Pump(t.up, t.client, t.pending, t.clientSent, t.clientDone)
+	downP := t.r.Pump(t.client, t.up, nil, t.upstreamSent, t.upstreamDone)
+	t.mu.Lock()
+	t.upP, t.downP = upP, downP
+	aborted := t.aborted
+	t.mu.Unlock()
+	if aborted {
+		t.abort() // an abort before the pumps existed could not stop them
+	}
+}
+
+// abort force-closes the tunnel (shutdown, idle timeout, first-byte
+// timeout): close both sockets, then stop the parked directions.
+func (t *pumpedTunnel) abort() {
+	t.mu.Lock()
+	t.aborted = true
+	upP, downP := t.upP, t.downP
+	t.mu.Unlock()
+	_ = t.client.Close()
+	_ = t.up.Close()
+	if upP != nil {
+		upP.Stop()
+	}
+	if downP != nil {
+		downP.Stop()
+	}
+}
+
+// clientSent starts the first-byte clock: the client sent, the upstream
+// side must answer within slow_body.first_byte.
+func (t *pumpedTunnel) clientSent() {
+	if t.slow.FirstByte <= 0 {
+		return
+	}
+	t.mu.Lock()
+	if !t.gotFirst && t.sentAt.IsZero() && !t.aborted {
+		t.sentAt = time.Now()
+		t.fbTimer = time.AfterFunc(t.slow.FirstByte, t.firstByteExpired)
+	}
+	t.mu.Unlock()
+}
+
+func (t *pumpedTunnel) upstreamSent() {
+	t.mu.Lock()
+	t.gotFirst = true
+	if !t.sentAt.IsZero() {
+		t.res.FirstByte = time.Since(t.sentAt)
+		t.fbTimer.Stop()
+	}
+	t.mu.Unlock()
+}
+
+func (t *pumpedTunnel) firstByteExpired() {
+	t.mu.Lock()
+	expired := !t.gotFirst
+	if expired {
+		t.res.Failure = &health.Failure{Class: health.SlowBody, Stage: health.StageFirstByte,
+			Err: errors.New("no byte from the upstream side within slow_body.first_byte")}
+	}
+	t.mu.Unlock()
+	if expired {
+		t.abort() // the client asked and nothing is coming
+	}
+}
+
+// clientDone: the client finished sending (or left). The upstream side
+// may go on answering; the watchdog bounds its silence by the linger.
+func (t *pumpedTunnel) clientDone(n int64, _ error) {
+	t.mu.Lock()
+	t.res.Up = n
+	wd := t.wd
+	t.mu.Unlock()
+	closeWrite(t.up)
+	wd.halfClosed()
+	t.directionDone()
+}
+
+// upstreamDone: the upstream side finished sending; the client may go on
+// sending for the linger.
+func (t *pumpedTunnel) upstreamDone(n int64, _ error) {
+	t.mu.Lock()
+	t.res.Down = n
+	wd := t.wd
+	t.mu.Unlock()
+	closeWrite(t.client)
+	wd.upstreamDone()
+	t.directionDone()
+}
+
+func (t *pumpedTunnel) directionDone() {
+	if t.left.Add(-1) != 0 {
+		return
+	}
+	t.mu.Lock()
+	if t.fbTimer != nil {
+		t.fbTimer.Stop()
+	}
+	wd := t.wd
+	res := t.res
+	t.mu.Unlock()
+	wd.stop()
+	_ = t.client.Close()
+	_ = t.up.Close()
+	t.end(res)
+}
