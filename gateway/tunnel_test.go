@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -202,5 +203,77 @@ func TestTunnelEndsWhenUpstreamFinishedAndClientStaysSilent(t *testing.T) {
 	waitFor(t, func() bool { return srv.tunnels.count() == 0 })
 	if el := time.Since(start); el > 4*time.Second {
 		t.Fatalf("tunnel outlived the linger by far: %v", el)
+	}
+}
+
+// echoTarget echoes every connection until it closes.
+func echoTarget(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer c.Close(); _, _ = io.Copy(c, c) }()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// TestIdleTunnelsHoldNoGoroutine: established tunnels that went idle hold
+// no relay goroutine (their directions are parked in the reactor), and
+// wake up for the next bytes either way.
+func TestIdleTunnelsHoldNoGoroutine(t *testing.T) {
+	echo := echoTarget(t)
+	srv, _ := startGateway(t, "allow_private_destinations = true\n[pool]\nstart_eligible = true\n[[upstream]]\nurl = \"direct://\"\n")
+	if srv.reactor == nil {
+		t.Fatal("no reactor on Linux")
+	}
+	const n = 20
+	conns := make([]*bufio.Reader, n)
+	raw := make([]net.Conn, n)
+	buf := make([]byte, 5)
+	for i := range conns {
+		raw[i], conns[i] = rawSOCKS(t, srv.Addr("socks5"), echo, []byte("hello"))
+		if _, err := io.ReadFull(conns[i], buf); err != nil || string(buf) != "hello" {
+			t.Fatalf("tunnel %d echo %q, %v", i, buf, err)
+		}
+	}
+	relaying := func() int {
+		b := make([]byte, 4<<20)
+		stacks := string(b[:runtime.Stack(b, true)])
+		return strings.Count(stacks, "splice.(*Pump).run") + strings.Count(stacks, "gateway.relay(")
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for relaying() > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d goroutines still relay %d idle tunnels", relaying(), n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := srv.tunnels.count(); got != n {
+		t.Fatalf("%d tunnels registered, want %d", got, n)
+	}
+	for i := range conns {
+		if _, err := raw[i].Write([]byte("again")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(conns[i], buf); err != nil || string(buf) != "again" {
+			t.Fatalf("tunnel %d after idling: %q, %v", i, buf, err)
+		}
+		raw[i].Close()
+	}
+	deadline = time.Now().Add(5 * time.Second)
+	for srv.tunnels.count() > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d tunnels still open after their clients closed", srv.tunnels.count())
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
