@@ -1,6 +1,7 @@
-// Package splice copies between TCP connections with splice(2) without
-// holding a pipe while a connection is idle. It is shared by rotor's tunnel
-// relay and the load tool's upstream relay, so both move bytes the same way.
+// Package splice copies between TCP connections without holding a pipe
+// while a connection is idle. Copy (a goroutine per direction, waiting with
+// MSG_PEEK) serves the load tool's upstream relay and rotor's fallback
+// relay; Reactor and Pump (no goroutine while idle) serve rotor's tunnels.
 package splice
 
 import (
