@@ -31,6 +31,7 @@ func rampCap(rate int, k int64) int64 {
 // startRamp begins slow start at now (unless s disables it) and schedules
 // the first window wake. Caller holds r.mu.
 func (t *Tracker) startRamp(s *settings, r *Record, now time.Time, e *effects) {
+	defer r.publish()
 	if s.cfg.SlowStart <= 0 {
 		return
 	}
@@ -88,6 +89,7 @@ func (t *Tracker) admitRamp(r *Record) bool {
 	el := now.Sub(r.ramp.start)
 	if el >= s.cfg.SlowStart {
 		r.ramping.Store(false)
+		r.publish()
 		return true
 	}
 	k := int64(max(el, 0) / time.Second)
@@ -118,6 +120,7 @@ func (t *Tracker) rampWake(r *Record, it item) (wake bool, next *item) {
 	}
 	if el >= slow {
 		r.ramping.Store(false)
+		r.publish()
 		return wake, nil
 	}
 	at := it.at.Add(time.Second)

@@ -196,6 +196,7 @@ func (t *Tracker) Restore(key string, s Snapshot) bool {
 		}
 	}
 	r.ntargets.Store(int32(len(r.targets)))
+	r.publish()
 
 	cur := State(r.state.Load())
 	const detail = "restored from state file"

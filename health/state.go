@@ -34,6 +34,7 @@ type Record struct {
 	name    string
 	dialer  Dialer
 	removed bool
+	gate    *Gate // where the admission summary is published (gate.go); nil: nowhere
 	// configDisabled says the record is disabled by its config entry
 	// (disabled = true), not by an operator or permanent_after.
 	configDisabled bool
@@ -129,6 +130,9 @@ func (t *Tracker) setState(r *Record, now time.Time, to State, reason Class, sta
 	r.state.Store(uint32(to))
 	if to != Eligible {
 		r.ramping.Store(false)
+		r.publish()
+	} else {
+		r.askGate() // until startRamp has decided the ramp
 	}
 	tr := Transition{At: wall(now), From: from, To: to, Reason: reason, Stage: stage, Detail: detail}
 	r.hist.add(tr)

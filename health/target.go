@@ -44,6 +44,7 @@ func (t *Tracker) coolTarget(s *settings, r *Record, now time.Time, class Class,
 		tc = &targetCooldown{host: host, set: now}
 		r.targets[host] = tc
 		r.ntargets.Store(int32(len(r.targets)))
+		r.publish()
 	}
 	if now.Before(tc.deadline) {
 		return // already cooling for host: a late report of the same ban
@@ -91,6 +92,7 @@ func (t *Tracker) dropTargets(s *settings, r *Record, now time.Time) {
 		r.targetDrops += uint64(excess)
 	}
 	r.ntargets.Store(int32(len(r.targets)))
+	r.publish()
 }
 
 // targetCooling reports whether r is cooling for host now.
@@ -111,6 +113,7 @@ func (t *Tracker) forgetTarget(r *Record, host string, now time.Time) {
 	if tc := r.targets[host]; tc != nil && !now.Before(tc.deadline) {
 		delete(r.targets, host)
 		r.ntargets.Store(int32(len(r.targets)))
+		r.publish()
 	}
 }
 

@@ -181,6 +181,7 @@ func (t *Tracker) Remove(key string) {
 	from := State(r.state.Load())
 	r.state.Store(uint32(Disabled))
 	r.ramping.Store(false)
+	r.publish()
 	name := r.name
 	r.mu.Unlock()
 	t.version.Add(1)

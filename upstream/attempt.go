@@ -253,7 +253,7 @@ func (a *Attempts) noEligible() error {
 // AdmitTarget, which is consumed only when it answers yes.
 func (a *Attempts) admit(h *hot) bool {
 	p := a.p
-	if !p.tr.Eligible(h.rec) {
+	if !p.tr.EligibleVia(&h.gate, h.rec) {
 		return false
 	}
 	for _, t := range a.tried {
@@ -265,11 +265,15 @@ func (a *Attempts) admit(h *hot) bool {
 		return false
 	}
 	share := p.share.Load() // fleet mode: this instance's share of the limits
-	if !reserve(h.ld, connShare(h.maxConns, share)) {
+	// The Endpoint is read before the reservation's atomic add (a full
+	// fence on amd64), so that at 100,000 endpoints fetching it overlaps
+	// with fetching the load instead of following it.
+	limit := h.e.limit
+	if !reserve(h.ld, connShare(int64(h.maxConns), share)) {
 		return false // saturated: skipped, not failed, not cooled
 	}
-	if h.limit != nil {
-		if ok, wait := h.limit.take(share); !ok {
+	if limit != nil {
+		if ok, wait := limit.take(share); !ok {
 			h.ld.active.Add(-1)
 			if a.rateWait == 0 || wait < a.rateWait {
 				a.rateWait = wait
@@ -277,9 +281,9 @@ func (a *Attempts) admit(h *hot) bool {
 			return false
 		}
 	}
-	if !p.tr.AdmitTarget(h.rec, a.host) {
-		if h.limit != nil {
-			h.limit.refund(share)
+	if !p.tr.AdmitTargetVia(&h.gate, h.rec, a.host) {
+		if limit != nil {
+			limit.refund(share)
 		}
 		h.ld.active.Add(-1)
 		return false

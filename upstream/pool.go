@@ -289,7 +289,9 @@ func (p *Pool) Update(specs []Spec) (added, removed []string, err error) {
 	for _, e := range next {
 		p.byKey[e.Key] = e
 	}
-	p.set.Store(newSet(next))
+	s := newSet(next)
+	s.bind(p.tr)
+	p.set.Store(s)
 	return added, removed, nil
 }
 

@@ -2,9 +2,16 @@ package upstream
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
+	"testing/synctest"
 	"time"
+	"unsafe"
+
+	"github.com/rs/zerolog"
+
+	"github.com/rotor-proxy/rotor/health"
 )
 
 // counts picks n times (each tunnel released at once) and counts the
@@ -125,9 +132,10 @@ func TestLeastConnPrefersIdle(t *testing.T) {
 		for i := 0; i < len(names); i += 2 {
 			busy += got[names[i]]
 		}
-		// With sampleSize 4 and half the pool busy, a busy pick needs all 4
-		// samples busy: 1/16 of picks (about 125; random would give 1000).
-		if busy > 2000/8 {
+		// Power of two choices with half the pool busy: a busy pick needs
+		// both samples busy, 1/4 of picks (about 500, sd 19; random would
+		// give 1000).
+		if busy > 2000*3/10 {
 			t.Errorf("%d of 2000 picks went to busy endpoints", busy)
 		}
 	})
@@ -203,7 +211,7 @@ func TestObserveLatencySmooths(t *testing.T) {
 
 func TestStrategiesSkipIneligibleAndReturnNil(t *testing.T) {
 	for _, st := range []string{"round-robin", "random", "least-conn", "weighted", "lowest-latency"} {
-		for _, n := range []int{1, 5, 40} {
+		for _, n := range []int{1, 5, 40, 300} {
 			t.Run(fmt.Sprintf("%s-%d", st, n), func(t *testing.T) {
 				names := make([]string, n)
 				for i := range names {
@@ -249,4 +257,159 @@ func TestAliasTableExact(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestHotEntrySize pins the pick path's dense entry to half a cache line.
+func TestHotEntrySize(t *testing.T) {
+	if n := unsafe.Sizeof(hot{}); n != 32 {
+		t.Errorf("hot is %d bytes, want 32", n)
+	}
+}
+
+// bigPool is a pool of n endpoints (more than fullScan, so strategies
+// sample rather than scan), every one eligible.
+func bigPool(t testing.TB, strategy string, n int, clock health.Clock, tr *health.Tracker) *testPool {
+	t.Helper()
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("e%03d", i)
+	}
+	if tr == nil {
+		return newTestPool(t, PoolConfig{Strategy: strategy, WaitForUpstream: time.Millisecond}, clock, specs(names...)...)
+	}
+	p, err := NewPool(PoolConfig{Strategy: strategy, WaitForUpstream: time.Millisecond}, DialConfig{AllowPrivate: true}, tr, clock, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := p.Update(specs(names...)); err != nil {
+		t.Fatal(err)
+	}
+	return &testPool{Pool: p, tr: tr, logs: &syncBuffer{}}
+}
+
+// pickNow is one pick without waiting, released at once ("" when nothing
+// was admitted).
+func (tp *testPool) pickNow(req Request) string {
+	e := tp.pick(tp.NewAttempts(req))
+	if e == nil {
+		return ""
+	}
+	tp.Release(e)
+	return e.Name
+}
+
+// TestStrategiesHonourTargetCooldown: a host banned on every endpoint but
+// one is only ever sent to that one, in a sampled pool; other hosts are
+// not affected.
+func TestStrategiesHonourTargetCooldown(t *testing.T) {
+	ban := &health.Failure{Class: health.TargetHTTPError, Stage: health.StageHTTPStatus, Target: "shop.example"}
+	for _, st := range benchStrategies {
+		t.Run(st, func(t *testing.T) {
+			tp := bigPool(t, st, 100, nil, nil)
+			for _, e := range tp.Endpoints() {
+				if e.Name != "e042" {
+					tp.Report(e, ban)
+				}
+			}
+			for i := 0; i < 300; i++ {
+				if got := tp.pickNow(Request{Addr: "shop.example:443"}); got != "e042" {
+					t.Fatalf("pick %d for the banned host: %q, want e042", i, got)
+				}
+			}
+			other := map[string]bool{}
+			for i := 0; i < 300; i++ {
+				other[tp.pickNow(Request{Addr: "news.example:443"})] = true
+			}
+			if other[""] || len(other) < 2 {
+				t.Errorf("picks for another host: %v, want spread over the pool", other)
+			}
+		})
+	}
+}
+
+// TestStrategiesHonourSlowStart: an endpoint recovering in a sampled pool
+// takes no more new tunnels per second than its ramp allows, whatever the
+// strategy, and takes its share again once the ramp is over.
+func TestStrategiesHonourSlowStart(t *testing.T) {
+	for _, st := range benchStrategies {
+		t.Run(st, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				tr := health.NewTracker(health.Config{StartEligible: true, SlowStart: 4 * time.Second, SlowStartRate: 2,
+					Cooldown: health.CooldownConfig{Jitter: -1}}, nil, zerolog.Nop())
+				tp := bigPool(t, st, 40, nil, tr)
+				ctx, cancel := context.WithCancel(context.Background())
+				done := make(chan error, 1)
+				go func() { done <- tr.Run(ctx) }()
+				defer func() { cancel(); <-done }()
+
+				e := tp.Lookup("e007")
+				tp.Report(e, &health.Failure{Class: health.Refused, Stage: health.StageDial, Err: errors.New("refused")})
+				time.Sleep(30 * time.Second) // the cooldown ends; no probe is configured: readmitted
+				synctest.Wait()
+				if !tr.Eligible(e.Record()) {
+					t.Fatal("not readmitted")
+				}
+				for sec, max := range []int{2, 4, 8, 16} {
+					n := 0
+					for i := 0; i < 1000; i++ {
+						if tp.pickNow(Request{Addr: "example.com:443"}) == "e007" {
+							n++
+						}
+					}
+					if n > max {
+						t.Fatalf("second %d of the ramp: %d new tunnels, want at most %d", sec, n, max)
+					}
+					time.Sleep(time.Second)
+					synctest.Wait()
+				}
+				if st == "lowest-latency" {
+					return // it settles on one endpoint, not necessarily this one
+				}
+				n := 0
+				for i := 0; i < 1000; i++ {
+					if tp.pickNow(Request{Addr: "example.com:443"}) == "e007" {
+						n++
+					}
+				}
+				if n == 0 {
+					t.Error("not picked after the ramp")
+				}
+			})
+		})
+	}
+}
+
+// TestOldSnapshotAsksTracker: after Update the previous snapshot's gates
+// stop being published; a pick still running on it consults the tracker
+// and never takes an endpoint that has been disabled since.
+func TestOldSnapshotAsksTracker(t *testing.T) {
+	for _, st := range benchStrategies {
+		t.Run(st, func(t *testing.T) {
+			tp := bigPool(t, st, 40, nil, nil)
+			old := tp.set.Load()
+			if _, _, err := tp.Update(specs(namesOf(tp.Endpoints())...)); err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range tp.Endpoints()[1:] {
+				tp.disable(t, e.Name)
+			}
+			strat := tp.settings.Load().strategy
+			for i := 0; i < 200; i++ {
+				a := tp.NewAttempts(Request{Addr: "example.com:443"})
+				e := strat.pick(old, a)
+				if e == nil || e.Name != "e000" {
+					t.Fatalf("pick %d on the old snapshot: %v, want e000", i, e)
+				}
+				tp.Release(e)
+			}
+		})
+	}
+}
+
+func namesOf(eps []*Endpoint) []string {
+	out := make([]string, len(eps))
+	for i, e := range eps {
+		out[i] = e.Name
+	}
+	return out
 }
