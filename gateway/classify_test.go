@@ -62,6 +62,13 @@ func TestClassifiedFailures(t *testing.T) {
 			want{class: health.TargetUnreachable, stage: health.StageTargetConnect, cools: false, status: 502, xrotor: "target_unreachable; stage=target_connect", connect: true}},
 		{"squid target timeout", "http", upstreamtest.Mode{Fault: upstreamtest.Reply, Code: 503, Header: http.Header{"X-Squid-Error": {"ERR_CONNECT_FAIL 110"}}}, "", "/ok",
 			want{class: health.TargetTimeout, stage: health.StageTargetConnect, cools: false, status: 504, connect: true}},
+		// Policy refusals of one destination (stock squid/tinyproxy answer
+		// 403 to CONNECT on port 80): the client is told "not allowed",
+		// the upstream cools for that host only.
+		{"http CONNECT 403", "http", upstreamtest.Mode{Fault: upstreamtest.Reply, Code: 403}, "", "/ok",
+			want{class: health.UpstreamError, stage: health.StageProxyHandshake, cools: false, status: 403, xrotor: "upstream_error; stage=proxy_handshake", connect: true}},
+		{"socks5 not allowed by ruleset", "socks5", upstreamtest.Mode{Fault: upstreamtest.Reply, Code: 2}, "", "/ok",
+			want{class: health.UpstreamError, stage: health.StageTargetConnect, cools: false, socks: repNotAllowed}},
 		{"socks5 slow first byte", "socks5", upstreamtest.Mode{Fault: upstreamtest.Accept, FirstByteDelay: 3e9}, "[slow_body]\nfirst_byte = \"300ms\"\n", "/ok",
 			want{class: health.SlowBody, stage: health.StageFirstByte, cools: true}},
 	}
@@ -169,5 +176,34 @@ func TestPlainHTTPStalledBodyIsSlow(t *testing.T) {
 	snap := srv.Tracker().Snapshot(srv.Pool().Lookup("up").Record())
 	if h := snap.History[len(snap.History)-1]; h.Reason != health.SlowBody || h.Stage != health.StageBody {
 		t.Errorf("last transition = %+v, want slow_body at body", h)
+	}
+}
+
+// TestPolicyRefusalTriesAnotherUpstream: an upstream that refuses one
+// destination by policy (CONNECT 403) is skipped for that host: the
+// client is served by another upstream at once, the refusing one stays
+// eligible for every other host and is not asked again for this one.
+func TestPolicyRefusalTriesAnotherUpstream(t *testing.T) {
+	target := upstreamtest.NewTarget(t)
+	strict := upstreamtest.NewHTTPProxy(t, upstreamtest.Options{Mode: upstreamtest.Mode{Fault: upstreamtest.Reply, Code: 403}})
+	open := upstreamtest.NewSOCKS5(t, upstreamtest.Options{})
+	srv, _ := startGateway(t, fmt.Sprintf("%s\n[pool]\nstart_eligible = true\nstrategy = \"round-robin\"\n[[upstream]]\nurl = %q\nname = \"strict\"\n[[upstream]]\nurl = %q\nname = \"open\"\n",
+		probeConf(target), strict.URL().String(), open.URL().String()))
+	for i := range 4 {
+		resp, err := socksGet(t, srv.Addr("socks5"), "", "", target.URL("/ok"))
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("request %d: %v %v", i, resp, err)
+		}
+	}
+	if n := strict.Connections(); n != 1 {
+		t.Errorf("the refusing upstream was asked %d times for the same host, want once", n)
+	}
+	snap := srv.Tracker().Snapshot(srv.Pool().Lookup("strict").Record())
+	if snap.State != health.Eligible {
+		t.Fatalf("the refusing upstream is %v, want eligible (it refused one host)", snap.State)
+	}
+	host, _, _ := strings.Cut(target.Addr(), ":")
+	if len(snap.Targets) != 1 || snap.Targets[0].Host != host || snap.Targets[0].Reason != health.UpstreamError {
+		t.Errorf("per-target cooldowns = %+v, want one for %s", snap.Targets, host)
 	}
 }

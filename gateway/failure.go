@@ -69,6 +69,12 @@ func explain(err error) clientFailure {
 			n = len(ae.Attempts)
 		}
 		cf.Reason = fmt.Sprintf("every attempt failed (%d); last: upstream %s: %s at %s", n, name, f.Class, f.Stage)
+		if f.Scope == health.ScopeTarget {
+			// The last upstream refused this destination by policy
+			// (CONNECT 403, SOCKS5 reply 2): say so, as a proxy would.
+			cf.SOCKS, cf.Status = repNotAllowed, http.StatusForbidden
+			cf.Reason = fmt.Sprintf("every attempt failed (%d); last: upstream %s refuses this destination by its policy", n, name)
+		}
 	}
 	return cf
 }

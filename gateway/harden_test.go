@@ -733,7 +733,13 @@ func TestHardenDirectRefusesPrivateDestinations(t *testing.T) {
 		if rep, err := socksAsk(t, srv.Addr("socks5"), socksHello("", "", "169.254.169.254:80")); err != nil || rep == repSuccess {
 			t.Errorf("SOCKS CONNECT metadata: rep %#x err %v, want a failure reply", rep, err)
 		}
-		if strings.Count(logs.String(), "destination forbidden") == before {
+		// The tunnel's log line is written after the client's reply.
+		refused := func() bool { return strings.Count(logs.String(), "destination forbidden") > before }
+		deadline := time.Now().Add(5 * time.Second)
+		for !refused() && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		if !refused() {
 			t.Errorf("metadata address not refused by the destination policy; logs:\n%s", logs)
 		}
 	})

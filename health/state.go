@@ -262,6 +262,9 @@ func (t *Tracker) Neutral(r *Record) {}
 //   - A failure with Target set whose class has scope "target"
 //     (Config.ScopeTargetHTTPError, Config.ScopeSlowBody) cools r for that
 //     host only; see AdmitTarget.
+//   - A policy refusal (Failure.Scope ScopeTarget: CONNECT 403, SOCKS5
+//     reply 2) cools r for that host only and counts towards the
+//     target-failure rule above.
 //   - Otherwise, the after-th consecutive failure of a class cools r for
 //     Policy.Cooldown(class, streak); the permanent_after-th disables it.
 func (t *Tracker) Fail(r *Record, f *Failure) { t.fail(r, f, 0, false) }
@@ -291,6 +294,11 @@ func (t *Tracker) fail(r *Record, f *Failure, epoch uint64, checkEpoch bool) {
 	switch {
 	case !live || class == Operator:
 	case class.IsTargetFailure():
+		t.targetRule(s, r, now, f.Target, &e)
+	case f.Target != "" && f.Scope == ScopeTarget:
+		// A policy refusal of one destination: that host only, unless the
+		// upstream refuses hosts that others reach (the target rule).
+		t.coolTarget(s, r, now, class, stage, f.Target, detailOf(f.Err), f.Err, &e)
 		t.targetRule(s, r, now, f.Target, &e)
 	case f.Target != "" && s.scope(class) == ScopeTarget:
 		t.coolTarget(s, r, now, class, stage, f.Target, detailOf(f.Err), f.Err, &e)

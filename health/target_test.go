@@ -180,3 +180,53 @@ func TestTargetScope(t *testing.T) {
 		}
 	})
 }
+
+// TestPolicyRefusal: a failure scoped to its target (CONNECT 403, SOCKS5
+// reply 2) cools the upstream for that host only, even for a class whose
+// configured scope is the whole upstream, and refusing hosts that other
+// upstreams reach cools it entirely.
+func TestPolicyRefusal(t *testing.T) {
+	refuse := func(host string) *Failure {
+		return &Failure{Class: UpstreamError, Stage: StageProxyHandshake, Target: host, Scope: ScopeTarget}
+	}
+	t.Run("one host", func(t *testing.T) {
+		tr, _ := newFakeTracker(t, Config{StartEligible: true})
+		r := tr.Add("k", "up", nil, false)
+		for range 5 {
+			tr.Fail(r, refuse("plain.example"))
+		}
+		s := tr.Snapshot(r)
+		if s.State != Eligible || !tr.AdmitTarget(r, "other.example") {
+			t.Fatalf("a policy refusal of one host cooled the upstream: %v", s.State)
+		}
+		if tr.AdmitTarget(r, "plain.example") {
+			t.Fatal("the refused host is still admitted")
+		}
+		if len(s.Targets) != 1 || s.Targets[0].Reason != UpstreamError || s.Targets[0].Stage != StageProxyHandshake {
+			t.Fatalf("Targets = %+v", s.Targets)
+		}
+		if s.Failures[UpstreamError] != 5 {
+			t.Errorf("failures counted %v, want 5 upstream_error", s.Failures)
+		}
+	})
+	t.Run("hosts others reach", func(t *testing.T) {
+		tr, _ := newFakeTracker(t, Config{StartEligible: true})
+		bad := tr.Add("bad", "bad", nil, false)
+		good := tr.Add("good", "good", nil, false)
+		for _, h := range []string{"a.example", "b.example"} {
+			tr.SuccessTarget(good, h)
+			tr.Fail(bad, refuse(h))
+		}
+		if s := tr.Snapshot(bad); s.State != Cooling || s.Reason != UpstreamError || s.Stage != StageTargetConnect {
+			t.Fatalf("an upstream refusing hosts others reach: %v %v/%v, want cooling upstream_error/target_connect", s.State, s.Reason, s.Stage)
+		}
+	})
+	t.Run("without a target it is the upstream's", func(t *testing.T) {
+		tr, _ := newFakeTracker(t, Config{StartEligible: true})
+		r := tr.Add("k", "up", nil, false)
+		tr.Fail(r, refuse(""))
+		if s := tr.Snapshot(r); s.State != Cooling {
+			t.Fatalf("state %v, want cooling", s.State)
+		}
+	})
+}

@@ -190,7 +190,14 @@ type Failure struct {
 	// Target is the host (without port) the attempt was for, when known.
 	// Per-target scoped cooldowns and the target-failure rule key on it.
 	Target string
-	Err    error // the cause; feeds the history "detail"
+	// Scope ScopeTarget marks a refusal of this one destination by the
+	// upstream's own policy (CONNECT answered 403, SOCKS5 reply 2): the
+	// upstream works, it will not go there. It cools the upstream for
+	// Target only, whatever the class's configured scope, and counts
+	// towards the target-failure rule (refusing many hosts that others
+	// reach cools it entirely).
+	Scope Scope
+	Err   error // the cause; feeds the history "detail"
 }
 
 // Error returns "stage: class: cause".

@@ -22,7 +22,7 @@ import (
 //	SOCKS5 method 0xFF (ErrNoAcceptableMethod)      auth_rejected       proxy_auth
 //	RFC 1929 status != 0 (*AuthStatusError)         auth_rejected       proxy_auth
 //	SOCKS5 REP 1 general failure                    upstream_error      target_connect
-//	SOCKS5 REP 2 not allowed by ruleset             upstream_error      target_connect
+//	SOCKS5 REP 2 not allowed by ruleset             upstream_error      target_connect   (1)
 //	SOCKS5 REP 3/4/5 net/host unreachable, refused  target_unreachable  target_connect
 //	SOCKS5 REP 6 TTL expired                        target_timeout      target_connect
 //	SOCKS5 REP 7/8 command/atyp unsupported, other  upstream_error      target_connect
@@ -33,9 +33,16 @@ import (
 //	CONNECT 500 "Unable to connect" (tinyproxy)     target_unreachable  target_connect
 //	CONNECT 504                                     target_timeout      target_connect
 //	CONNECT other 5xx (incl. 502/503 w/o squid tag) upstream_error      target_connect
-//	CONNECT 403, 429, other 1xx/3xx/4xx             upstream_error      proxy_handshake
+//	CONNECT 403 (no squid auth tag)                 upstream_error      proxy_handshake  (1)
+//	CONNECT 429, other 1xx/3xx/4xx                  upstream_error      proxy_handshake
 //	malformed reply / garbage / EOF mid-handshake   upstream_error      as given
 //	anything else                                   upstream_error      as given
+//
+// (1) A policy refusal of one destination (stock squid and tinyproxy refuse
+// CONNECT to ports other than 443): Failure.Scope is health.ScopeTarget,
+// so the upstream cools for that host only and the attempt loop tries
+// another upstream; refusing several hosts that other upstreams reach cools
+// it entirely (health's target-failure rule).
 //
 // The direct dialer maps its own connect errors to target_* classes (there
 // is no proxy to blame); see dial_direct.go.
@@ -64,10 +71,18 @@ func Classify(err error, stage health.Stage) *health.Failure {
 	)
 	switch {
 	case errors.As(err, &re):
-		return &health.Failure{Class: re.Class(), Stage: health.StageTargetConnect, Err: err}
+		f := &health.Failure{Class: re.Class(), Stage: health.StageTargetConnect, Err: err}
+		if re.Code == 2 { // not allowed by ruleset: this destination, by policy
+			f.Scope = health.ScopeTarget
+		}
+		return f
 	case errors.As(err, &ce):
 		c, s := ce.classify()
-		return &health.Failure{Class: c, Stage: s, Err: err}
+		f := &health.Failure{Class: c, Stage: s, Err: err}
+		if ce.policyRefusal() {
+			f.Scope = health.ScopeTarget
+		}
+		return f
 	case errors.As(err, &ae), errors.Is(err, ErrNoAcceptableMethod):
 		return &health.Failure{Class: health.AuthRejected, Stage: health.StageProxyAuth, Err: err}
 	case errors.Is(err, syscall.ECONNREFUSED):
@@ -147,6 +162,16 @@ func (e *ConnectStatusError) classify() (health.Class, health.Stage) {
 		// 1xx/3xx: the proxy refuses to serve us.
 		return health.UpstreamError, health.StageProxyHandshake
 	}
+}
+
+// policyRefusal reports a 403 answering CONNECT that is not an
+// authentication problem (squid's ERR_CACHE_ACCESS_DENIED is auth_rejected).
+func (e *ConnectStatusError) policyRefusal() bool {
+	if e.StatusCode != 403 {
+		return false
+	}
+	c, _ := e.classify()
+	return c == health.UpstreamError
 }
 
 // reasonPhrase returns "Unable to connect" from "500 Unable to connect".

@@ -78,11 +78,16 @@ func TestClassify(t *testing.T) {
 		{"other", errors.New("boom"), health.StageDial, health.UpstreamError, health.StageDial},
 		{"existing failure", fmt.Errorf("wrapped: %w", existing), health.StageDial, health.SlowBody, health.StageBody},
 	}
+	// Policy refusals of one destination are scoped to it.
+	policy := map[string]bool{"rep 2": true, "403": true, "squid access denied": true}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			f := Classify(tt.err, tt.stage)
 			if f == nil || f.Class != tt.class || f.Stage != tt.want {
 				t.Fatalf("Classify = %+v, want %s/%s", f, tt.class, tt.want)
+			}
+			if got := f.Scope == health.ScopeTarget; got != policy[tt.name] {
+				t.Fatalf("Classify scope = %v, want target scope %v", f.Scope, policy[tt.name])
 			}
 			if !errors.Is(f, tt.err) && f != existing {
 				t.Fatalf("Failure does not wrap the cause")
