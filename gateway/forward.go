@@ -77,10 +77,6 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 		return
 	}
 	ctx := r.Context()
-	out := r.Clone(ctx) // deep-copies the header too
-	out.RequestURI = ""
-	removeHop(out.Header)
-	out.Close = false
 
 	// Make the body replayable when it is small enough to buffer.
 	var buffered []byte
@@ -102,6 +98,18 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 		} else {
 			big = &countingBody{r: r.Body}
 		}
+	}
+	// Replayable requests take the lean path (forward_client.go); the
+	// others go through net/http's Transport with a cleaned copy.
+	var x *fwdExchange
+	var out *http.Request
+	if leanForwardable(r, big != nil) {
+		x = &fwdExchange{r: r, addr: addr, body: buffered, firstByte: cfg.SlowBody.FirstByte, dialTO: pcfg.ConnectTimeout}
+	} else {
+		out = r.Clone(ctx) // deep-copies the header too
+		out.RequestURI = ""
+		removeHop(out.Header)
+		out.Close = false
 	}
 	setBody := func() {
 		switch {
@@ -139,8 +147,13 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 			fail(err)
 			return
 		}
-		setBody()
-		resp, err := s.transport(e, cfg).RoundTrip(out)
+		var resp *http.Response
+		if x != nil {
+			resp, err = s.fwdClient(e).roundTrip(ctx, x)
+		} else {
+			setBody()
+			resp, err = s.transport(e, cfg).RoundTrip(out)
+		}
 		if err != nil {
 			err = classifyForwardErr(err, host)
 		}
@@ -307,22 +320,49 @@ func (s *Server) transport(e *upstream.Endpoint, cfg *Config) http.RoundTripper 
 	return actual.(http.RoundTripper)
 }
 
+// fwdKey is the s.transports key of an endpoint's fwdClient.
+type fwdKey struct{ u *url.URL }
+
+// fwdClient returns the lean forward client of e (forward_client.go),
+// kept next to its Transport and pruned with it. Shutdown closes its idle
+// connections: they hold no goroutine, only a socket each.
+func (s *Server) fwdClient(e *upstream.Endpoint) *fwdClient {
+	key := fwdKey{transportKey(e)}
+	if c, ok := s.transports.Load(key); ok {
+		return c.(*fwdClient)
+	}
+	c := newFwdClient(e)
+	actual, loaded := s.transports.LoadOrStore(key, c)
+	if !loaded {
+		context.AfterFunc(s.ctx, c.close)
+	}
+	return actual.(*fwdClient)
+}
+
 // transportKey identifies an endpoint's transport: its parsed URL, which a
 // reload replaces (so a changed password gets a new transport and the old
 // one is pruned). Comparing pointers keeps the per-request lookup free.
 func transportKey(e *upstream.Endpoint) *url.URL { return e.URL }
 
-// pruneTransports drops the transports of endpoints no longer in the pool
-// and closes their idle connections.
+// pruneTransports drops the transports and lean clients of endpoints no
+// longer in the pool and closes their idle connections.
 func (s *Server) pruneTransports() {
 	live := map[*url.URL]bool{}
 	for _, e := range s.pool.Endpoints() {
 		live[transportKey(e)] = true
 	}
 	s.transports.Range(func(k, v any) bool {
-		if !live[k.(*url.URL)] {
-			s.transports.Delete(k)
-			v.(*http.Transport).CloseIdleConnections()
+		switch k := k.(type) {
+		case *url.URL:
+			if !live[k] {
+				s.transports.Delete(k)
+				v.(*http.Transport).CloseIdleConnections()
+			}
+		case fwdKey:
+			if !live[k.u] {
+				s.transports.Delete(k)
+				v.(*fwdClient).close()
+			}
 		}
 		return true
 	})

@@ -1,0 +1,437 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"encoding/base64"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rotor-proxy/rotor/health"
+	"github.com/rotor-proxy/rotor/upstream"
+)
+
+// fwdClient is the plain-HTTP forward path's client for one endpoint
+// (issue #8). It keeps kept-alive upstream connections per target (one
+// pool for an http:// upstream, which gets every request in absolute form)
+// and runs each exchange in the handler's goroutine: write the request,
+// read the answer's head, hand over the body. net/http's Transport runs a
+// read and a write goroutine per connection and passes every request
+// through both; under 32 keep-alive clients those hand-offs cost more CPU
+// than the rest of the request. It takes only requests it can replay on
+// a fresh connection when a kept-alive one turns out closed (idempotent
+// method, no body or a buffered one); the others still go through the
+// endpoint's http.Transport.
+type fwdClient struct {
+	e         *upstream.Endpoint
+	proxy     bool   // http:// upstream: absolute form, dialled directly
+	proxyAuth string // Proxy-Authorization rotor sends to an http:// upstream; "" without userinfo
+
+	mu     sync.Mutex            // guards the fields below
+	idle   map[string][]*fwdConn // by target address ("" for an http:// upstream), newest last
+	nidle  int
+	sweep  *time.Timer // closes connections idle for fwdIdleTimeout; nil when none is idle
+	closed bool
+}
+
+const (
+	// fwdIdleTimeout is how long an unused upstream connection is kept,
+	// as the Transport's IdleConnTimeout was.
+	fwdIdleTimeout = 90 * time.Second
+	// fwdMaxIdlePerTarget bounds the idle connections to one target: more
+	// than the concurrent clients that usually share it.
+	fwdMaxIdlePerTarget = 64
+	// fwdMaxIdle bounds one endpoint's idle connections over all targets.
+	fwdMaxIdle = 1024
+	// fwdMax1xx bounds the informational answers skipped before the final
+	// one, as net/http's Transport does.
+	fwdMax1xx = 5
+)
+
+// fwdConn is one pooled upstream connection.
+type fwdConn struct {
+	c      net.Conn
+	br     *bufio.Reader
+	bw     *bufio.Writer
+	key    string
+	idleAt time.Time
+}
+
+func newFwdClient(e *upstream.Endpoint) *fwdClient {
+	c := &fwdClient{e: e, idle: map[string][]*fwdConn{}}
+	if e.Scheme() == "http" {
+		c.proxy = true
+		if u := e.URL.User; u != nil {
+			pass, _ := u.Password()
+			c.proxyAuth = "Basic " + base64.StdEncoding.EncodeToString([]byte(u.Username()+":"+pass))
+		}
+	}
+	return c
+}
+
+// leanForwardable reports whether r can go through a fwdClient: the
+// request is replayable and its Host needs no rewriting.
+func leanForwardable(r *http.Request, bodyStreamed bool) bool {
+	if bodyStreamed || !idempotent(r.Method) || r.URL.Opaque != "" {
+		return false
+	}
+	return validHost(r.Host)
+}
+
+// validHost reports whether h is a non-empty Host of only the bytes RFC
+// 3986 allows in host and port (section 3.2.2). Anything else (a
+// non-ASCII name to punycode, a zone to remove) is left to net/http.
+func validHost(h string) bool {
+	if h == "" {
+		return false
+	}
+	for i := 0; i < len(h); i++ {
+		c := h[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case strings.IndexByte("-._~!$&'()*+,;=:[]", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// fwdExchange is one request for fwdClient.roundTrip.
+type fwdExchange struct {
+	r         *http.Request // the client's request: method, URL, Host, header
+	addr      string        // target host:port
+	body      []byte        // buffered request body; nil for none
+	firstByte time.Duration // slow_body.first_byte; <= 0 none
+	dialTO    time.Duration // pool.connect_timeout, for dialling an http:// upstream
+}
+
+// roundTrip sends x and returns the answer, whose body must be read to
+// the end (the connection is then reused) or closed (it is closed). ctx
+// governs the whole exchange, body included. A kept-alive connection that
+// fails before any byte of an answer was closed by the upstream while idle:
+// the request goes again on another one, as net/http's Transport does.
+func (fc *fwdClient) roundTrip(ctx context.Context, x *fwdExchange) (*http.Response, error) {
+	key := x.addr
+	if fc.proxy {
+		key = ""
+	}
+	for {
+		pc, reused := fc.get(key)
+		if pc == nil {
+			var err error
+			if pc, err = fc.dial(ctx, key, x); err != nil {
+				return nil, err
+			}
+		}
+		resp, nothingRead, err := fc.exchange(ctx, pc, x)
+		if err == nil {
+			return resp, nil
+		}
+		_ = pc.c.Close()
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		var ne net.Error
+		if reused && nothingRead && !(errors.As(err, &ne) && ne.Timeout()) {
+			continue // not a first_byte timeout: that would wait again
+		}
+		return nil, err
+	}
+}
+
+// dial opens a new connection for key: to the proxy itself for an
+// http:// upstream, else a tunnel to the target through the endpoint's
+// dialer (whose errors carry their class and stage).
+func (fc *fwdClient) dial(ctx context.Context, key string, x *fwdExchange) (*fwdConn, error) {
+	var c net.Conn
+	var err error
+	if fc.proxy {
+		d := net.Dialer{Timeout: x.dialTO}
+		if c, err = d.DialContext(ctx, "tcp", fc.e.URL.Host); err != nil {
+			return nil, upstream.Classify(err, health.StageDial)
+		}
+	} else if c, err = fc.e.DialContext(ctx, "tcp", x.addr); err != nil {
+		return nil, err
+	}
+	return &fwdConn{c: c, br: bufio.NewReaderSize(c, 4096), bw: bufio.NewWriterSize(c, 4096), key: key}, nil
+}
+
+// exchange writes x on pc and reads the answer's head. nothingRead is
+// true when the connection failed before any byte of an answer.
+func (fc *fwdClient) exchange(ctx context.Context, pc *fwdConn, x *fwdExchange) (resp *http.Response, nothingRead bool, err error) {
+	// Cancelling ctx (the client went away) unblocks any read or write.
+	stop := context.AfterFunc(ctx, func() { _ = pc.c.SetDeadline(aLongTimeAgo) })
+	defer func() {
+		if err != nil {
+			stop()
+		}
+	}()
+	fc.writeRequest(pc.bw, x)
+	if err := pc.bw.Flush(); err != nil {
+		return nil, true, err
+	}
+	if x.firstByte > 0 {
+		_ = pc.c.SetReadDeadline(time.Now().Add(x.firstByte))
+	}
+	if _, err := pc.br.Peek(1); err != nil {
+		return nil, true, err
+	}
+	for n := 0; ; n++ {
+		resp, err = http.ReadResponse(pc.br, x.r)
+		if err != nil {
+			return nil, false, err
+		}
+		if resp.StatusCode >= 200 || resp.StatusCode == http.StatusSwitchingProtocols || n == fwdMax1xx {
+			break
+		}
+	}
+	if x.firstByte > 0 {
+		_ = pc.c.SetReadDeadline(time.Time{})
+		if ctx.Err() != nil { // a cancel between the read and the reset stays a cancel
+			_ = pc.c.SetDeadline(aLongTimeAgo)
+		}
+	}
+	reuse := !resp.Close && resp.StatusCode != http.StatusSwitchingProtocols && resp.StatusCode >= 200
+	resp.Body = &fwdBody{fc: fc, pc: pc, body: resp.Body, stop: stop, reuse: reuse}
+	return resp, false, nil
+}
+
+// aLongTimeAgo is a deadline in the past: it makes blocked I/O return.
+var aLongTimeAgo = time.Unix(1, 0)
+
+// writeRequest writes x's head and body to w, in origin form through a
+// tunnel and in absolute form to an http:// upstream (RFC 9112 section
+// 3.2), with the hop-by-hop headers and the client's proxy credentials
+// left out (RFC 9110 section 7.6.1). Headers go in sorted order, as
+// net/http writes them, so a client sees the same order on both paths.
+func (fc *fwdClient) writeRequest(w *bufio.Writer, x *fwdExchange) {
+	r := x.r
+	w.WriteString(r.Method)
+	w.WriteByte(' ')
+	if fc.proxy {
+		w.WriteString("http://")
+		w.WriteString(r.Host)
+	}
+	w.WriteString(r.URL.RequestURI())
+	w.WriteString(" HTTP/1.1\r\nHost: ")
+	w.WriteString(r.Host)
+	w.WriteString("\r\n")
+	// net/http sends its own User-Agent when the client sent none and
+	// none when the client sent an empty one; so does rotor.
+	if ua, ok := r.Header["User-Agent"]; !ok {
+		w.WriteString("User-Agent: Go-http-client/1.1\r\n")
+	} else if len(ua) > 0 && ua[0] != "" {
+		writeHeaderLine(w, "User-Agent", ua[0])
+	}
+	conn := r.Header["Connection"]
+	keys := make([]string, 0, 16)
+	for k := range r.Header {
+		if fwdSkipHeader(k, conn) {
+			continue
+		}
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		for _, v := range r.Header[k] {
+			writeHeaderLine(w, k, v)
+		}
+	}
+	if len(x.body) > 0 {
+		w.WriteString("Content-Length: ")
+		w.WriteString(strconv.Itoa(len(x.body)))
+		w.WriteString("\r\n")
+	}
+	if fc.proxyAuth != "" {
+		w.WriteString("Proxy-Authorization: ")
+		w.WriteString(fc.proxyAuth)
+		w.WriteString("\r\n")
+	}
+	w.WriteString("\r\n")
+	w.Write(x.body)
+}
+
+// fwdSkipHeader reports whether request header k is not forwarded: rotor
+// writes it itself (Host, User-Agent, framing), it is hop-by-hop, or the
+// client's Connection header names it.
+func fwdSkipHeader(k string, conn []string) bool {
+	switch k {
+	case "Host", "User-Agent", "Content-Length":
+		return true
+	}
+	for _, h := range hopHeaders {
+		if k == h {
+			return true
+		}
+	}
+	for _, f := range conn {
+		for name := range strings.SplitSeq(f, ",") {
+			if strings.EqualFold(strings.TrimSpace(name), k) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// writeHeaderLine writes one header field, with CR and LF in the value
+// turned into spaces as net/http does.
+func writeHeaderLine(w *bufio.Writer, k, v string) {
+	if strings.ContainsAny(v, "\r\n") {
+		v = strings.NewReplacer("\r", " ", "\n", " ").Replace(v)
+	}
+	w.WriteString(k)
+	w.WriteString(": ")
+	w.WriteString(strings.TrimSpace(v))
+	w.WriteString("\r\n")
+}
+
+// get takes the newest idle connection for key; reused is true when one
+// was found.
+func (fc *fwdClient) get(key string) (pc *fwdConn, reused bool) {
+	now := time.Now()
+	fc.mu.Lock()
+	defer fc.mu.Unlock()
+	for l := fc.idle[key]; len(l) > 0; l = fc.idle[key] {
+		pc = l[len(l)-1]
+		l[len(l)-1] = nil
+		fc.idle[key] = l[:len(l)-1]
+		fc.nidle--
+		if now.Sub(pc.idleAt) < fwdIdleTimeout {
+			return pc, true
+		}
+		_ = pc.c.Close()
+	}
+	return nil, false
+}
+
+// put returns pc to the idle pool, or closes it when the pool is full or
+// closed.
+func (fc *fwdClient) put(pc *fwdConn) {
+	pc.idleAt = time.Now()
+	fc.mu.Lock()
+	if fc.closed || fc.nidle >= fwdMaxIdle || len(fc.idle[pc.key]) >= fwdMaxIdlePerTarget {
+		fc.mu.Unlock()
+		_ = pc.c.Close()
+		return
+	}
+	fc.idle[pc.key] = append(fc.idle[pc.key], pc)
+	fc.nidle++
+	if fc.sweep == nil {
+		fc.sweep = time.AfterFunc(fwdIdleTimeout, fc.sweepIdle)
+	}
+	fc.mu.Unlock()
+}
+
+// sweepIdle closes the connections idle for fwdIdleTimeout and re-arms
+// itself while some remain. It runs on the timer's goroutine.
+func (fc *fwdClient) sweepIdle() {
+	now := time.Now()
+	var stale []*fwdConn
+	fc.mu.Lock()
+	next := time.Duration(0)
+	for key, l := range fc.idle {
+		keep := l[:0]
+		for _, pc := range l {
+			if age := now.Sub(pc.idleAt); age >= fwdIdleTimeout {
+				stale = append(stale, pc)
+			} else {
+				keep = append(keep, pc)
+				if left := fwdIdleTimeout - age; next == 0 || left < next {
+					next = left
+				}
+			}
+		}
+		clear(l[len(keep):])
+		if len(keep) == 0 {
+			delete(fc.idle, key)
+		} else {
+			fc.idle[key] = keep
+		}
+	}
+	fc.nidle -= len(stale)
+	fc.sweep = nil
+	if next > 0 && !fc.closed {
+		fc.sweep = time.AfterFunc(next, fc.sweepIdle)
+	}
+	fc.mu.Unlock()
+	for _, pc := range stale {
+		_ = pc.c.Close()
+	}
+}
+
+// close closes the idle connections and makes put close the busy ones
+// when they finish.
+func (fc *fwdClient) close() {
+	fc.mu.Lock()
+	idle := fc.idle
+	fc.idle = map[string][]*fwdConn{}
+	fc.nidle = 0
+	fc.closed = true
+	if fc.sweep != nil {
+		fc.sweep.Stop()
+		fc.sweep = nil
+	}
+	fc.mu.Unlock()
+	for _, l := range idle {
+		for _, pc := range l {
+			_ = pc.c.Close()
+		}
+	}
+}
+
+// fwdBody is an answer's body from a fwdClient. Read to its end, it
+// returns the connection to the pool; closed before, it closes the
+// connection (reading the rest could take for ever). Close may run while
+// a Read blocks (writeResponse's stall timer): it unblocks it.
+type fwdBody struct {
+	fc    *fwdClient
+	pc    *fwdConn
+	body  io.ReadCloser
+	stop  func() bool // ends the cancel watch of the exchange
+	reuse bool
+	eof   bool        // Read saw the end; only Read touches it
+	done  atomic.Bool // the connection was handed back or closed
+}
+
+func (b *fwdBody) Read(p []byte) (int, error) {
+	if b.eof {
+		return 0, io.EOF
+	}
+	if b.done.Load() {
+		return 0, errFwdBodyClosed
+	}
+	n, err := b.body.Read(p)
+	if err == io.EOF {
+		b.eof = true
+	}
+	if err == io.EOF && b.done.CompareAndSwap(false, true) {
+		// A watch that already fired left a past deadline on the conn;
+		// bytes past the answer mean the framing is off. Neither is reused.
+		if b.stop() && b.reuse && b.pc.br.Buffered() == 0 {
+			b.fc.put(b.pc)
+		} else {
+			_ = b.pc.c.Close()
+		}
+	}
+	return n, err
+}
+
+func (b *fwdBody) Close() error {
+	if b.done.CompareAndSwap(false, true) {
+		b.stop()
+		_ = b.pc.c.Close()
+	}
+	return nil
+}
+
+var errFwdBodyClosed = errors.New("http: read on closed response body")

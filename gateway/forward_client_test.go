@@ -1,0 +1,450 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/rotor-proxy/rotor/health"
+	"github.com/rotor-proxy/rotor/upstream/upstreamtest"
+)
+
+// rawTarget is a loopback HTTP/1.1 server written by hand, so a test
+// controls every byte of the answers and sees every byte of the requests.
+type rawTarget struct {
+	ln      net.Listener
+	accepts atomic.Int64
+	heads   chan string // request heads, in arrival order
+	wg      sync.WaitGroup
+	mu      sync.Mutex // guards conns
+	conns   []net.Conn
+}
+
+// newRawTarget serves each connection with handle, which gets the
+// connection's reader and returns when the connection should be closed.
+func newRawTarget(t *testing.T, handle func(c net.Conn, br *bufio.Reader, rt *rawTarget)) *rawTarget {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt := &rawTarget{ln: ln, heads: make(chan string, 64)}
+	rt.wg.Add(1)
+	go func() { // owner: the test; ends when Cleanup closes ln
+		defer rt.wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			rt.accepts.Add(1)
+			rt.mu.Lock()
+			rt.conns = append(rt.conns, c)
+			rt.mu.Unlock()
+			rt.wg.Add(1)
+			go func() { // owner: the test; ends when handle returns
+				defer rt.wg.Done()
+				defer c.Close()
+				handle(c, bufio.NewReader(c), rt)
+			}()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		rt.mu.Lock()
+		for _, c := range rt.conns {
+			c.Close()
+		}
+		rt.mu.Unlock()
+		rt.wg.Wait()
+	})
+	return rt
+}
+
+func (rt *rawTarget) Addr() string { return rt.ln.Addr().String() }
+
+// readHead reads one request head (up to the blank line) and records it.
+func (rt *rawTarget) readHead(br *bufio.Reader) (string, error) {
+	var b strings.Builder
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			return "", err
+		}
+		b.WriteString(line)
+		if line == "\r\n" {
+			rt.heads <- b.String()
+			return b.String(), nil
+		}
+	}
+}
+
+// serveAnswers answers each request on a connection with the next of
+// answers (cycling), and closes the connection after each answer when
+// closeAfter is set.
+func serveAnswers(closeAfter bool, answers ...string) func(net.Conn, *bufio.Reader, *rawTarget) {
+	var n atomic.Int64
+	return func(c net.Conn, br *bufio.Reader, rt *rawTarget) {
+		for {
+			if _, err := rt.readHead(br); err != nil {
+				return
+			}
+			a := answers[int(n.Add(1)-1)%len(answers)]
+			if _, err := io.WriteString(c, a); err != nil || closeAfter {
+				return
+			}
+		}
+	}
+}
+
+// directGateway starts a gateway with one direct:// upstream named "up".
+func directGateway(t *testing.T) *Server {
+	t.Helper()
+	srv, _ := startGateway(t, "allow_private_destinations = true\n"+listenConf("")+
+		"[pool]\nstart_eligible = true\n[[upstream]]\nurl = \"direct://\"\nname = \"up\"\n")
+	return srv
+}
+
+// keepAliveClient is an HTTP client using front as its proxy over one
+// kept-alive connection.
+func keepAliveClient(t *testing.T, front string) *http.Client {
+	t.Helper()
+	tr := &http.Transport{Proxy: http.ProxyURL(&url.URL{Scheme: "http", Host: front}), MaxIdleConnsPerHost: 1}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr, Timeout: 10 * time.Second}
+}
+
+func noFailures(t *testing.T, srv *Server, name string) {
+	t.Helper()
+	snap := srv.Tracker().Snapshot(srv.Pool().Lookup(name).Record())
+	if len(snap.Counts) != 0 {
+		t.Errorf("upstream %s has failures %+v, want none", name, snap.Counts)
+	}
+}
+
+// TestForwardLeanReusesUpstreamConnection: kept-alive client requests are
+// each a new pick, but they share one pooled tunnel through the upstream
+// instead of a SOCKS5 handshake per request (issue #8).
+func TestForwardLeanReusesUpstreamConnection(t *testing.T) {
+	target := upstreamtest.NewTarget(t)
+	up := upstreamtest.NewSOCKS5(t, upstreamtest.Options{})
+	srv, _ := startGateway(t, fmt.Sprintf("[pool]\nstart_eligible = true\n[[upstream]]\nurl = %q\nname = \"up\"\n", up.URL()))
+	c := keepAliveClient(t, srv.Addr("http"))
+	for i := 0; i < 5; i++ {
+		resp, err := readAll(c.Get(target.URL("/ok")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != 200 || bodyOf(resp) != "ok\n" || resp.Header.Get("X-Rotor-Upstream") != "up" {
+			t.Fatalf("request %d: %d %q upstream %q", i, resp.StatusCode, bodyOf(resp), resp.Header.Get("X-Rotor-Upstream"))
+		}
+	}
+	if got := up.Tunnels(); got != 1 {
+		t.Errorf("upstream tunnels = %d, want 1 reused for 5 requests", got)
+	}
+	srv.transports.Range(func(k, _ any) bool {
+		if _, ok := k.(fwdKey); !ok {
+			t.Errorf("GETs went through a net/http Transport (%T), not the lean client", k)
+		}
+		return true
+	})
+	noFailures(t, srv, "up")
+}
+
+// TestForwardLeanClosedIdleConnectionRetried: a kept-alive upstream
+// connection the far end closed while idle is noticed when the next
+// request gets no answer on it; the request goes again on a new one,
+// and it is no failure of the upstream.
+func TestForwardLeanClosedIdleConnectionRetried(t *testing.T) {
+	rt := newRawTarget(t, serveAnswers(true, "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\n"))
+	srv := directGateway(t)
+	c := keepAliveClient(t, srv.Addr("http"))
+	for i := 0; i < 3; i++ {
+		resp, err := readAll(c.Get("http://" + rt.Addr() + "/"))
+		if err != nil || resp.StatusCode != 200 || bodyOf(resp) != "ok\n" {
+			t.Fatalf("request %d: %v %v", i, statusOf(resp), err)
+		}
+	}
+	if got := rt.accepts.Load(); got != 3 {
+		t.Errorf("target connections = %d, want 3 (one per answer)", got)
+	}
+	noFailures(t, srv, "up")
+}
+
+// TestForwardLeanConnectionCloseNotReused: an answer with "Connection:
+// close" ends its upstream connection.
+func TestForwardLeanConnectionCloseNotReused(t *testing.T) {
+	rt := newRawTarget(t, serveAnswers(false, "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 3\r\n\r\nok\n"))
+	srv := directGateway(t)
+	c := keepAliveClient(t, srv.Addr("http"))
+	for i := 0; i < 2; i++ {
+		resp, err := readAll(c.Get("http://" + rt.Addr() + "/"))
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("request %d: %v %v", i, statusOf(resp), err)
+		}
+		if v := resp.Header.Get("Connection"); v != "" {
+			t.Errorf("hop-by-hop Connection %q relayed to the client", v)
+		}
+	}
+	if got := rt.accepts.Load(); got != 2 {
+		t.Errorf("target connections = %d, want 2", got)
+	}
+}
+
+// TestForwardLeanAnswerFraming: informational answers are skipped, HEAD
+// answers have no body, chunked bodies are decoded, and the connection
+// is reused after each of them.
+func TestForwardLeanAnswerFraming(t *testing.T) {
+	rt := newRawTarget(t, serveAnswers(false,
+		"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\none",
+		"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n", // the HEAD
+		"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nthr\r\n2\r\nee\r\n0\r\n\r\n",
+		"HTTP/1.1 204 No Content\r\n\r\n",
+	))
+	srv := directGateway(t)
+	c := keepAliveClient(t, srv.Addr("http"))
+	u := "http://" + rt.Addr() + "/"
+	for _, tc := range []struct {
+		method     string
+		wantStatus int
+		wantBody   string
+	}{
+		{"GET", 200, "one"},
+		{"HEAD", 200, ""},
+		{"GET", 200, "three"},
+		{"GET", 204, ""},
+	} {
+		req, _ := http.NewRequest(tc.method, u, nil)
+		resp, err := readAll(c.Do(req))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.method, err)
+		}
+		if got := bodyOf(resp); resp.StatusCode != tc.wantStatus || got != tc.wantBody {
+			t.Errorf("%s: got %d %q, want %d %q", tc.method, resp.StatusCode, got, tc.wantStatus, tc.wantBody)
+		}
+	}
+	if got := rt.accepts.Load(); got != 1 {
+		t.Errorf("target connections = %d, want 1", got)
+	}
+}
+
+// TestForwardLeanRequestHead: what reaches the target and an http://
+// upstream. Hop-by-hop headers, the headers the client's Connection names
+// and the client's proxy credentials are dropped (RFC 9110 section
+// 7.6.1); an http:// upstream gets the absolute form and rotor's own
+// credentials.
+func TestForwardLeanRequestHead(t *testing.T) {
+	const canary = "c4n4ry-pw"
+	ok := "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\n"
+	send := func(t *testing.T, front, host string) {
+		t.Helper()
+		c, err := net.Dial("tcp", front)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		fmt.Fprintf(c, "GET http://%s/p?q=1 HTTP/1.1\r\nHost: %s\r\nProxy-Authorization: %s\r\n"+
+			"Proxy-Connection: keep-alive\r\nConnection: keep-alive, X-Drop\r\nX-Drop: 1\r\nKeep-Alive: 300\r\n"+
+			"Te: trailers\r\nTrailer: X-T\r\nUpgrade: websocket\r\nX-Keep: yes\r\nUser-Agent: ua/1\r\n\r\n",
+			host, host, basic("client", canary))
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("answer: %v %v", statusOf(resp), err)
+		}
+	}
+	check := func(t *testing.T, head, wantLine, wantHost string) {
+		t.Helper()
+		lines := strings.Split(strings.TrimSuffix(head, "\r\n\r\n"), "\r\n")
+		if lines[0] != wantLine {
+			t.Errorf("request line %q, want %q", lines[0], wantLine)
+		}
+		got := map[string]string{}
+		for _, l := range lines[1:] {
+			k, v, _ := strings.Cut(l, ": ")
+			got[k] = v
+		}
+		for _, k := range []string{"Connection", "Proxy-Connection", "Keep-Alive", "Te", "Trailer", "Upgrade", "X-Drop"} {
+			if v, ok := got[k]; ok {
+				t.Errorf("hop-by-hop %s: %q forwarded", k, v)
+			}
+		}
+		if got["Host"] != wantHost || got["X-Keep"] != "yes" || got["User-Agent"] != "ua/1" {
+			t.Errorf("Host %q X-Keep %q User-Agent %q, want %q yes ua/1", got["Host"], got["X-Keep"], got["User-Agent"], wantHost)
+		}
+		if strings.Contains(head, canary) || strings.Contains(head, basic("client", canary)) {
+			t.Errorf("client credentials forwarded:\n%s", head)
+		}
+	}
+
+	t.Run("tunnel", func(t *testing.T) {
+		rt := newRawTarget(t, serveAnswers(false, ok))
+		srv := directGateway(t)
+		send(t, srv.Addr("http"), rt.Addr())
+		head := <-rt.heads
+		check(t, head, "GET /p?q=1 HTTP/1.1", rt.Addr())
+		if strings.Contains(head, "Proxy-Authorization") {
+			t.Errorf("Proxy-Authorization sent through a tunnel:\n%s", head)
+		}
+	})
+	t.Run("http upstream", func(t *testing.T) {
+		proxy := newRawTarget(t, serveAnswers(false, ok))
+		srv, _ := startGateway(t, fmt.Sprintf("[pool]\nstart_eligible = true\n[[upstream]]\nurl = \"http://rotor:up-pw@%s\"\nname = \"up\"\n", proxy.Addr()))
+		send(t, srv.Addr("http"), "example.test:8080")
+		head := <-proxy.heads
+		check(t, head, "GET http://example.test:8080/p?q=1 HTTP/1.1", "example.test:8080")
+		if want := "Proxy-Authorization: Basic " + basic("rotor", "up-pw") + "\r\n"; !strings.Contains(head, want) {
+			t.Errorf("upstream credentials missing, want %q in:\n%s", want, head)
+		}
+	})
+}
+
+// TestForwardLeanClientGoneIsNeutral: a client that leaves while the
+// target has not answered ends the upstream exchange (the connection is
+// closed, not left waiting for first_byte) without blaming the upstream.
+func TestForwardLeanClientGoneIsNeutral(t *testing.T) {
+	closed := make(chan struct{})
+	rt := newRawTarget(t, func(c net.Conn, br *bufio.Reader, rt *rawTarget) {
+		if _, err := rt.readHead(br); err != nil {
+			return
+		}
+		_, _ = io.Copy(io.Discard, br) // until rotor closes
+		close(closed)
+	})
+	srv := directGateway(t)
+	c, err := net.Dial("tcp", srv.Addr("http"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(c, "GET http://%s/ HTTP/1.1\r\nHost: %s\r\n\r\n", rt.Addr(), rt.Addr())
+	<-rt.heads
+	c.Close()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("upstream connection still open 10s after the client left")
+	}
+	noFailures(t, srv, "up")
+}
+
+// TestForwardLeanIdleClosedOnShutdown: pooled idle upstream connections
+// hold a socket each; Shutdown closes them.
+func TestForwardLeanIdleClosedOnShutdown(t *testing.T) {
+	closed := make(chan struct{})
+	rt := newRawTarget(t, func(c net.Conn, br *bufio.Reader, rt *rawTarget) {
+		serveAnswers(false, "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\n")(c, br, rt)
+		close(closed)
+	})
+	srv := directGateway(t)
+	resp, err := httpGet(t, srv.Addr("http"), "", "", "http://"+rt.Addr()+"/", false)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("forward: %v %v", statusOf(resp), err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("idle upstream connection still open 10s after Shutdown")
+	}
+}
+
+// TestForwardLeanReloadDropsClient: an endpoint removed by a reload
+// loses its lean client and that client's idle connections.
+func TestForwardLeanReloadDropsClient(t *testing.T) {
+	closed := make(chan struct{})
+	rt := newRawTarget(t, func(c net.Conn, br *bufio.Reader, rt *rawTarget) {
+		serveAnswers(false, "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\n")(c, br, rt)
+		close(closed)
+	})
+	up := upstreamtest.NewSOCKS5(t, upstreamtest.Options{})
+	conf := func(u string) string {
+		return "allow_private_destinations = true\n" + listenConf("") + "[pool]\nstart_eligible = true\n[[upstream]]\nurl = \"" + u + "\"\n"
+	}
+	srv, _ := startGateway(t, conf("direct://"))
+	resp, err := httpGet(t, srv.Addr("http"), "", "", "http://"+rt.Addr()+"/", false)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("forward: %v %v", statusOf(resp), err)
+	}
+	cfg2, err := ParseConfig("test.toml", []byte(conf(up.URL().String())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Reload(cfg2); err != nil {
+		t.Fatal(err)
+	}
+	srv.transports.Range(func(k, _ any) bool {
+		t.Errorf("transport %v of a removed upstream kept after reload", k)
+		return true
+	})
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("idle connection of a removed upstream still open 10s after the reload")
+	}
+}
+
+func TestLeanForwardable(t *testing.T) {
+	for _, tc := range []struct {
+		method, host string
+		streamed     bool
+		want         bool
+	}{
+		{"GET", "example.com", false, true},
+		{"HEAD", "example.com:8080", false, true},
+		{"OPTIONS", "[::1]:80", false, true},
+		{"GET", "example.com", true, false},
+		{"POST", "example.com", false, false},
+		{"GET", "", false, false},
+		{"GET", "bücher.example", false, false},
+		{"GET", "a b", false, false},
+		{"GET", "[fe80::1%en0]", false, false},
+	} {
+		t.Run(tc.method+" "+tc.host, func(t *testing.T) {
+			r := &http.Request{Method: tc.method, Host: tc.host, URL: &url.URL{Scheme: "http", Host: tc.host, Path: "/"}}
+			if got := leanForwardable(r, tc.streamed); got != tc.want {
+				t.Errorf("got %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestForwardLeanFirstByteIsSlowBody: a target that takes the request
+// and answers nothing within slow_body.first_byte is slow_body at
+// first_byte, as it was through net/http's Transport.
+func TestForwardLeanFirstByteIsSlowBody(t *testing.T) {
+	rt := newRawTarget(t, func(c net.Conn, br *bufio.Reader, rt *rawTarget) {
+		if _, err := rt.readHead(br); err != nil {
+			return
+		}
+		_, _ = io.Copy(io.Discard, br) // never answers
+	})
+	srv, _ := startGateway(t, "allow_private_destinations = true\n"+listenConf("")+
+		"[slow_body]\nfirst_byte = \"300ms\"\n[pool]\nstart_eligible = true\nmax_attempts = 1\n[[upstream]]\nurl = \"direct://\"\nname = \"up\"\n")
+	resp, err := httpGet(t, srv.Addr("http"), "", "", "http://"+rt.Addr()+"/", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode < 500 || !strings.HasPrefix(resp.Header.Get("X-Rotor-Error"), "slow_body; stage=first_byte") {
+		t.Errorf("got %d X-Rotor-Error %q, want a 5xx naming slow_body at first_byte", resp.StatusCode, resp.Header.Get("X-Rotor-Error"))
+	}
+	snap := srv.Tracker().Snapshot(srv.Pool().Lookup("up").Record())
+	found := false
+	for _, c := range snap.Counts {
+		found = found || (c.Class == health.SlowBody && c.Stage == health.StageFirstByte)
+	}
+	if !found {
+		t.Errorf("counts = %+v, want slow_body at first_byte", snap.Counts)
+	}
+}
