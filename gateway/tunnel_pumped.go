@@ -135,9 +135,11 @@ func (t *pumpedTunnel) clientDone(n int64, _ error) {
 	t.res.Up = n
 	wd := t.wd
 	t.mu.Unlock()
+	if t.lastDirection() {
+		return
+	}
 	closeWrite(t.up)
 	wd.halfClosed()
-	t.directionDone()
 }
 
 // upstreamDone: the upstream side finished sending; the client may go on
@@ -147,14 +149,19 @@ func (t *pumpedTunnel) upstreamDone(n int64, _ error) {
 	t.res.Down = n
 	wd := t.wd
 	t.mu.Unlock()
+	if t.lastDirection() {
+		return
+	}
 	closeWrite(t.client)
 	wd.upstreamDone()
-	t.directionDone()
 }
 
-func (t *pumpedTunnel) directionDone() {
+// lastDirection counts a finished direction; the last one ends the
+// tunnel (and reports true). Its half-close is skipped: both sockets are
+// read to their end or failed, so closing them sends the same FIN.
+func (t *pumpedTunnel) lastDirection() bool {
 	if t.left.Add(-1) != 0 {
-		return
+		return false
 	}
 	t.mu.Lock()
 	if t.fbTimer != nil {
@@ -167,4 +174,5 @@ func (t *pumpedTunnel) directionDone() {
 	_ = t.client.Close()
 	_ = t.up.Close()
 	t.end(res)
+	return true
 }

@@ -1,20 +1,22 @@
 package splice
 
 import (
+	"errors"
 	"io"
 	"net"
 	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
 
-// Reactor parks idle copy directions. A direction with nothing to copy is
-// registered (one-shot) with the reactor's epoll set and its goroutine
-// ends; when bytes or EOF arrive, a fresh goroutine copies the burst and
-// parks again. An idle tunnel so costs no goroutine and no pipe: its
+// Reactor parks idle copy directions. A direction with nothing to copy
+// waits briefly in Go's netpoller (lingerWait), then is registered
+// (one-shot) with the reactor's epoll set and its goroutine ends; when
+// bytes or EOF arrive, a fresh goroutine copies the burst and so on. An idle tunnel so costs no goroutine and no pipe: its
 // sockets, two Pump records and one epoll entry each.
 //
 // The epoll descriptor is itself waited on through Go's netpoller (it is
@@ -174,11 +176,7 @@ func (r *Reactor) Pump(dst, src *net.TCPConn, prefix []byte, onData func(), done
 	}
 	p.rc = rc
 	p.id = r.nextID.Add(1)
-	if len(prefix) > 0 {
-		go p.run() // owner: the pump's tunnel
-	} else {
-		p.park()
-	}
+	go p.run() // owner: the pump's tunnel (done reports its end)
 	return p
 }
 
@@ -270,19 +268,55 @@ func (p *Pump) run() {
 			return
 		}
 	}
-	bp := smallBuf.Get().(*[]byte)
-	next, err := p.bursts(*bp)
-	smallBuf.Put(bp) // before parking or a long bulk copy: idle holds no buffer
-	switch next {
-	case parkNext:
-		p.park()
-	case bulkNext:
-		n, err := io.Copy(p.dst, p.src)
-		p.total += n
-		p.finish(err)
-	default:
-		p.finish(err)
+	for {
+		bp := smallBuf.Get().(*[]byte)
+		next, err := p.bursts(*bp)
+		smallBuf.Put(bp) // before waiting or a long bulk copy: idle holds no buffer
+		switch next {
+		case parkNext:
+			if p.linger() {
+				continue
+			}
+			p.park()
+		case bulkNext:
+			n, err := io.Copy(p.dst, p.src)
+			p.total += n
+			p.finish(err)
+		default:
+			p.finish(err)
+		}
+		return
 	}
+}
+
+// lingerWait is how long a direction that ran dry waits for more in Go's
+// netpoller before it parks in the reactor. Request/response traffic and
+// the end of a short tunnel usually come back within it, and waiting
+// there costs no system call, where parking costs an epoll_ctl and a
+// goroutine start on the next burst; a direction idle for longer than
+// this holds nothing.
+const lingerWait = 250 * time.Millisecond
+
+// linger waits up to lingerWait for src to become readable; it reports
+// false when the wait ran out. A closed socket ends the wait too (true):
+// the next read reports it.
+func (p *Pump) linger() bool {
+	if p.src.SetReadDeadline(time.Now().Add(lingerWait)) != nil {
+		return true
+	}
+	waited := false
+	err := p.rc.Read(func(uintptr) bool {
+		// The read that just failed with EAGAIN needs no repeat: wait
+		// once, then let bursts read (a spurious wake-up costs one
+		// EAGAIN and another linger).
+		if waited {
+			return true
+		}
+		waited = true
+		return false
+	})
+	_ = p.src.SetReadDeadline(time.Time{})
+	return !errors.Is(err, os.ErrDeadlineExceeded)
 }
 
 const (
