@@ -254,9 +254,9 @@ func (p *Pump) park() {
 	}
 }
 
-// run copies what is queued, then parks; a burst that fills the read
-// buffer hands the direction to io.Copy (splice with a held pipe) until
-// EOF, as Copy does.
+// run copies what is queued, waits a little for more (linger), then
+// parks; a burst that fills the read buffer is bulk and goes through
+// splice(2) with a pipe of its own until it runs dry (bulk).
 func (p *Pump) run() {
 	if len(p.prefix) > 0 {
 		p.first()
@@ -279,8 +279,11 @@ func (p *Pump) run() {
 			}
 			p.park()
 		case bulkNext:
-			n, err := io.Copy(p.dst, p.src)
-			p.total += n
+			next, err := p.bulk()
+			if next == parkNext {
+				p.park() // the bulk ran dry and lingered: pipe closed, nothing held
+				return
+			}
 			p.finish(err)
 		default:
 			p.finish(err)
@@ -354,6 +357,79 @@ func (p *Pump) bursts(buf []byte) (int, error) {
 		}
 		if n == len(buf) {
 			return bulkNext, nil
+		}
+	}
+}
+
+// maxSplice is the most one splice(2) moves, and the pipe size asked for
+// (the default pipe-max-size); Go's own splice path uses the same.
+const maxSplice = 1 << 20
+
+// bulk moves src to dst with splice(2) through a pipe it owns, until src
+// stays silent for lingerWait (parkNext: the pipe is closed, so a tunnel
+// that went quiet after a download holds no pipe) or EOF or an error ends
+// the direction (finishNext). Without a pipe (fd limit) it falls back to
+// io.Copy until the end.
+func (p *Pump) bulk() (int, error) {
+	var fds [2]int
+	if err := unix.Pipe2(fds[:], unix.O_NONBLOCK|unix.O_CLOEXEC); err != nil {
+		n, err := io.Copy(p.dst, p.src)
+		p.total += n
+		return finishNext, err
+	}
+	defer unix.Close(fds[0])
+	defer unix.Close(fds[1])
+	_, _ = unix.FcntlInt(uintptr(fds[1]), unix.F_SETPIPE_SZ, maxSplice)
+	wrc, err := p.dst.SyscallConn()
+	if err != nil {
+		return finishNext, err
+	}
+	const flags = unix.SPLICE_F_MOVE | unix.SPLICE_F_NONBLOCK
+	for {
+		// src → pipe, waiting in the netpoller up to lingerWait.
+		if err := p.src.SetReadDeadline(time.Now().Add(lingerWait)); err != nil {
+			return finishNext, err
+		}
+		var n int64
+		var serr error
+		err := p.rc.Read(func(fd uintptr) bool {
+			n, serr = unix.Splice(int(fd), nil, fds[1], nil, maxSplice, flags)
+			return serr != unix.EAGAIN && serr != unix.EINTR
+		})
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			if err := p.src.SetReadDeadline(time.Time{}); err != nil {
+				return finishNext, err
+			}
+			return parkNext, nil
+		}
+		if err == nil {
+			err = serr
+		}
+		if err != nil {
+			return finishNext, err
+		}
+		if n == 0 {
+			return finishNext, nil // EOF
+		}
+		// pipe → dst, all of it, waiting for dst as long as it takes.
+		for n > 0 {
+			var m int64
+			var werr error
+			err := wrc.Write(func(fd uintptr) bool {
+				m, werr = unix.Splice(fds[0], nil, int(fd), nil, int(n), flags)
+				return werr != unix.EAGAIN && werr != unix.EINTR
+			})
+			if err == nil {
+				err = werr
+			}
+			if err != nil {
+				return finishNext, err
+			}
+			if m <= 0 {
+				return finishNext, io.ErrShortWrite
+			}
+			n -= m
+			p.total += m
 		}
 	}
 }

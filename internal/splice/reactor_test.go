@@ -7,7 +7,9 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
 	"runtime"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -184,5 +186,64 @@ func TestReactorCloseFinishesParked(t *testing.T) {
 	r.Pump(dst, src, nil, nil, func(n int64, err error) { ends <- pumpEnd{n, err} })
 	if e := <-ends; !errors.Is(e.err, net.ErrClosed) {
 		t.Fatalf("pump after Close: %v", e.err)
+	}
+}
+
+// pipes counts this process's open pipe descriptors.
+func pipes(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range ents {
+		if l, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && strings.HasPrefix(l, "pipe:") {
+			n++
+		}
+	}
+	return n
+}
+
+// TestPumpBulkThenIdleReleasesPipe: a direction that moved bulk data
+// through splice and then went quiet gives its pipe back and parks, and
+// the next bytes still arrive.
+func TestPumpBulkThenIdleReleasesPipe(t *testing.T) {
+	r := newReactor(t)
+	srcW, src := tcpPair(t)
+	dst, dstR := tcpPair(t)
+	before := pipes(t)
+	ends := make(chan pumpEnd, 1)
+	r.Pump(dst, src, nil, nil, func(n int64, err error) { ends <- pumpEnd{n, err} })
+	bulk := bytes.Repeat([]byte("0123456789abcdef"), 1<<16) // 1 MiB
+	go srcW.Write(bulk)
+	got := make([]byte, len(bulk))
+	dstR.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.ReadFull(dstR, got); err != nil || !bytes.Equal(got, bulk) {
+		t.Fatalf("bulk: %v", err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		b := make([]byte, 1<<20)
+		stacks := string(b[:runtime.Stack(b, true)])
+		if !strings.Contains(stacks, "splice.(*Pump)") && pipes(t) == before {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after the bulk went quiet: %d pipes (before %d), pump goroutine alive: %v",
+				pipes(t), before, strings.Contains(stacks, "splice.(*Pump)"))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, err := srcW.Write([]byte("more")); err != nil {
+		t.Fatal(err)
+	}
+	small := make([]byte, 4)
+	if _, err := io.ReadFull(dstR, small); err != nil || string(small) != "more" {
+		t.Fatalf("after parking: %q %v", small, err)
+	}
+	srcW.CloseWrite()
+	if e := <-ends; e.err != nil || e.n != int64(len(bulk)+4) {
+		t.Fatalf("done(%d, %v)", e.n, e.err)
 	}
 }
