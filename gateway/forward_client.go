@@ -46,9 +46,10 @@ const (
 	// fwdIdleTimeout is how long an unused upstream connection is kept,
 	// as the Transport's IdleConnTimeout was.
 	fwdIdleTimeout = 90 * time.Second
-	// fwdMaxIdlePerTarget bounds the idle connections to one target: more
-	// than the concurrent clients that usually share it.
-	fwdMaxIdlePerTarget = 64
+	// fwdMaxIdlePerTarget bounds the idle connections to one target, as
+	// the Transport's MaxIdleConnsPerHost (32) did: each holds a socket
+	// (and an upstream's connection slot) for up to fwdIdleTimeout.
+	fwdMaxIdlePerTarget = 32
 	// fwdMaxIdle bounds one endpoint's idle connections over all targets.
 	fwdMaxIdle = 1024
 	// fwdMax1xx bounds the informational answers skipped before the final
