@@ -138,7 +138,7 @@ func (t *pumpedTunnel) clientDone(n int64, _ error) {
 	if t.lastDirection() {
 		return
 	}
-	closeWrite(t.up)
+	t.halfClose(t.up)
 	wd.halfClosed()
 }
 
@@ -152,8 +152,19 @@ func (t *pumpedTunnel) upstreamDone(n int64, _ error) {
 	if t.lastDirection() {
 		return
 	}
-	closeWrite(t.client)
+	t.halfClose(t.client)
 	wd.upstreamDone()
+}
+
+// halfClose sends FIN on c. When that fails (the peer reset, or c is
+// closed) the tunnel is over: abort it. Closing c alone would drop the
+// other direction's parked registration silently (the kernel forgets a
+// closed descriptor's epoll entry) and leave that direction waiting for
+// the watchdog's linger.
+func (t *pumpedTunnel) halfClose(c *net.TCPConn) {
+	if c.CloseWrite() != nil {
+		t.abort()
+	}
 }
 
 // lastDirection counts a finished direction; the last one ends the

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -275,5 +276,59 @@ func TestIdleTunnelsHoldNoGoroutine(t *testing.T) {
 			t.Fatalf("%d tunnels still open after their clients closed", srv.tunnels.count())
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// lingerWaitForTests is splice's lingerWait (250ms), after which an idle
+// direction parks in the reactor.
+const lingerWaitForTests = 250 * time.Millisecond
+
+// TestTunnelsEndWhenDownloadingClientsLeave: clients that close in the
+// middle of a download (unread data: the kernel resets) end their tunnels
+// at once; none waits for the half-close linger.
+func TestTunnelsEndWhenDownloadingClientsLeave(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() { // an endless source; its writes fail once the tunnel is gone
+		chunk := make([]byte, 64<<10)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				for {
+					if _, err := c.Write(chunk); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	srv, _ := startGateway(t, "allow_private_destinations = true\n[pool]\nstart_eligible = true\n[[upstream]]\nurl = \"direct://\"\n")
+	var wg sync.WaitGroup
+	for range 12 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, br := rawSOCKS(t, srv.Addr("socks5"), ln.Addr().String(), nil)
+			_, _ = io.CopyN(io.Discard, br, 4<<20)
+			// Past the pumps' linger: the silent client→upstream
+			// direction is parked in the reactor when the reset comes.
+			time.Sleep(2 * lingerWaitForTests)
+			c.Close()
+		}()
+	}
+	wg.Wait()
+	deadline := time.Now().Add(10 * time.Second) // the linger is 60s
+	for srv.tunnels.count() > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d tunnels still open 10s after their clients left", srv.tunnels.count())
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
