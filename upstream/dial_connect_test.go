@@ -171,7 +171,7 @@ func TestConnectFaults(t *testing.T) {
 			if addr == "" {
 				addr = target.Addr()
 			}
-			_, err := dial(t, mustDialer(t, u, cfg), addr)
+			_, err := dial(t, mustDialer(t, u, rowCfg(cfg, tt.class)), addr)
 			f := wantFailure(t, err, tt.class, tt.stage)
 			if f.Target != "127.0.0.1" {
 				t.Errorf("Target = %q", f.Target)
