@@ -80,8 +80,15 @@ func TestClassifiedFailures(t *testing.T) {
 			} else {
 				up = upstreamtest.NewHTTPProxy(t, upstreamtest.Options{Username: "u", Password: "pw", Mode: tc.mode})
 			}
-			conf := fmt.Sprintf("%s\n%s\n[pool]\nstart_eligible = true\nmax_attempts = 1\nwait_for_upstream = \"100ms\"\nhandshake_timeout = \"300ms\"\n[[upstream]]\nurl = %q\nname = \"up\"\n",
-				probeConf(target), tc.extra, up.URL().String())
+			// The short handshake timeout only where a timeout is the
+			// point: elsewhere a loaded machine must not turn a slow
+			// answer into one.
+			handshake := "5s"
+			if tc.want.class == health.Timeout {
+				handshake = "300ms"
+			}
+			conf := fmt.Sprintf("%s\n%s\n[pool]\nstart_eligible = true\nmax_attempts = 1\nwait_for_upstream = \"100ms\"\nhandshake_timeout = %q\n[[upstream]]\nurl = %q\nname = \"up\"\n",
+				probeConf(target), tc.extra, handshake, up.URL().String())
 			srv, _ := startGateway(t, conf)
 			switch {
 			case tc.want.connect:
