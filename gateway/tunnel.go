@@ -141,8 +141,7 @@ func relay(client, up net.Conn, pending []byte, slow SlowBodyConfig, idle time.D
 		c, _ := copyConn(client, up)
 		down += c
 	case errors.Is(err, os.ErrDeadlineExceeded) && !started.IsZero() && r == 0:
-		res.Failure = &health.Failure{Class: health.SlowBody, Stage: health.StageFirstByte,
-			Err: errors.New("no byte from the upstream side within slow_body.first_byte")}
+		res.Failure = firstByteFailure()
 		// Tear down: the client asked and nothing is coming.
 		_ = client.Close()
 		_ = up.Close()
@@ -155,6 +154,13 @@ func relay(client, up net.Conn, pending []byte, slow SlowBodyConfig, idle time.D
 	}
 	wg.Wait()
 	return res
+}
+
+// firstByteFailure is the slow_body failure of a tunnel whose client sent
+// and got no byte back within slow_body.first_byte.
+func firstByteFailure() *health.Failure {
+	return &health.Failure{Class: health.SlowBody, Stage: health.StageFirstByte,
+		Err: errors.New("no byte from the upstream side within slow_body.first_byte")}
 }
 
 func closeWrite(c net.Conn) {

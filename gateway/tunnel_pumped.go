@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"errors"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -119,8 +118,7 @@ func (t *pumpedTunnel) firstByteExpired() {
 	t.mu.Lock()
 	expired := !t.gotFirst
 	if expired {
-		t.res.Failure = &health.Failure{Class: health.SlowBody, Stage: health.StageFirstByte,
-			Err: errors.New("no byte from the upstream side within slow_body.first_byte")}
+		t.res.Failure = firstByteFailure()
 	}
 	t.mu.Unlock()
 	if expired {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/rotor-proxy/rotor/health"
+	"github.com/rotor-proxy/rotor/internal/splice"
 	"github.com/rotor-proxy/rotor/upstream/upstreamtest"
 )
 
@@ -279,10 +280,6 @@ func TestIdleTunnelsHoldNoGoroutine(t *testing.T) {
 	}
 }
 
-// lingerWaitForTests is splice's lingerWait (250ms), after which an idle
-// direction parks in the reactor.
-const lingerWaitForTests = 250 * time.Millisecond
-
 // TestTunnelsEndWhenDownloadingClientsLeave: clients that close in the
 // middle of a download (unread data: the kernel resets) end their tunnels
 // at once; none waits for the half-close linger.
@@ -319,7 +316,7 @@ func TestTunnelsEndWhenDownloadingClientsLeave(t *testing.T) {
 			_, _ = io.CopyN(io.Discard, br, 4<<20)
 			// Past the pumps' linger: the silent client→upstream
 			// direction is parked in the reactor when the reset comes.
-			time.Sleep(2 * lingerWaitForTests)
+			time.Sleep(2 * splice.LingerWait)
 			c.Close()
 		}()
 	}

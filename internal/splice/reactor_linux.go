@@ -14,7 +14,7 @@ import (
 )
 
 // Reactor parks idle copy directions. A direction with nothing to copy
-// waits briefly in Go's netpoller (lingerWait), then is registered
+// waits briefly in Go's netpoller (LingerWait), then is registered
 // (one-shot) with the reactor's epoll set and its goroutine ends; when
 // bytes or EOF arrive, a fresh goroutine copies the burst and so on. An idle tunnel so costs no goroutine and no pipe: its
 // sockets, two Pump records and one epoll entry each.
@@ -292,19 +292,19 @@ func (p *Pump) run() {
 	}
 }
 
-// lingerWait is how long a direction that ran dry waits for more in Go's
+// LingerWait is how long a direction that ran dry waits for more in Go's
 // netpoller before it parks in the reactor. Request/response traffic and
 // the end of a short tunnel usually come back within it, and waiting
 // there costs no system call, where parking costs an epoll_ctl and a
 // goroutine start on the next burst; a direction idle for longer than
 // this holds nothing.
-const lingerWait = 250 * time.Millisecond
+const LingerWait = 250 * time.Millisecond
 
-// linger waits up to lingerWait for src to become readable; it reports
+// linger waits up to LingerWait for src to become readable; it reports
 // false when the wait ran out. A closed socket ends the wait too (true):
 // the next read reports it.
 func (p *Pump) linger() bool {
-	if p.src.SetReadDeadline(time.Now().Add(lingerWait)) != nil {
+	if p.src.SetReadDeadline(time.Now().Add(LingerWait)) != nil {
 		return true
 	}
 	waited := false
@@ -366,7 +366,7 @@ func (p *Pump) bursts(buf []byte) (int, error) {
 const maxSplice = 1 << 20
 
 // bulk moves src to dst with splice(2) through a pipe it owns, until src
-// stays silent for lingerWait (parkNext: the pipe is closed, so a tunnel
+// stays silent for LingerWait (parkNext: the pipe is closed, so a tunnel
 // that went quiet after a download holds no pipe) or EOF or an error ends
 // the direction (finishNext). Without a pipe (fd limit) it falls back to
 // io.Copy until the end.
@@ -386,8 +386,8 @@ func (p *Pump) bulk() (int, error) {
 	}
 	const flags = unix.SPLICE_F_MOVE | unix.SPLICE_F_NONBLOCK
 	for {
-		// src → pipe, waiting in the netpoller up to lingerWait.
-		if err := p.src.SetReadDeadline(time.Now().Add(lingerWait)); err != nil {
+		// src → pipe, waiting in the netpoller up to LingerWait.
+		if err := p.src.SetReadDeadline(time.Now().Add(LingerWait)); err != nil {
 			return finishNext, err
 		}
 		var n int64

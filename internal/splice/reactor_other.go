@@ -5,6 +5,7 @@ package splice
 import (
 	"errors"
 	"net"
+	"time"
 )
 
 // Reactor exists on Linux only; NewReactor fails elsewhere and callers
@@ -13,6 +14,9 @@ type Reactor struct{}
 
 // Pump is a Linux reactor pump.
 type Pump struct{}
+
+// LingerWait is the Linux pumps' wait before parking; unused elsewhere.
+const LingerWait = 250 * time.Millisecond
 
 // ErrNoReactor is returned off Linux.
 var ErrNoReactor = errors.New("splice: no reactor on this platform")
