@@ -86,7 +86,7 @@ func New(cfg *Config, opt Options) (*Server, error) {
 		}
 		return nil, err
 	}
-	dial := upstream.DialConfig{AllowPrivate: cfg.AllowPrivateDestinations, TLS: opt.UpstreamTLS}
+	dial := upstream.DialConfig{AllowPrivate: cfg.AllowPrivateDestinations, TLS: opt.UpstreamTLS, KeepAlive: dialKeepAlive}
 	pool, err := upstream.NewPool(cfg.Pool, dial, s.tr, clock, opt.Log)
 	if err != nil {
 		return fail(err)
@@ -170,7 +170,7 @@ func (s *Server) Start() error {
 		if f.addr == "" {
 			continue
 		}
-		ln, err := net.Listen("tcp", f.addr)
+		ln, err := listen(f.addr)
 		if err != nil {
 			s.closeListeners()
 			return fmt.Errorf("listen %s on %s: %w", f.name, f.addr, err)

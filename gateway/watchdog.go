@@ -35,6 +35,10 @@ type watchdog struct {
 	onIdle      func()
 	baseU       uint64 // upstream bytes when the tunnel started (handshake excluded)
 
+	// keepAlive is the upstream connection, whose TCP keep-alive the first
+	// check turns on (it was dialled without: see enableKeepAlive).
+	keepAlive net.Conn
+
 	mu         sync.Mutex // guards the fields below
 	timer      *time.Timer
 	finished   bool
@@ -82,10 +86,12 @@ func startWatchdog(client, up net.Conn, stall, idle time.Duration, onStall func(
 	cc, ok1 := counterOf(client)
 	uc, ok2 := counterOf(up)
 	if !ok1 || !ok2 {
+		enableKeepAlive(up)
 		return nil
 	}
 	bu, _, ok := uc.rx()
 	if !ok {
+		enableKeepAlive(up)
 		return nil
 	}
 	// Checks run often enough for the shortest limit in force; the
@@ -100,7 +106,8 @@ func startWatchdog(client, up net.Conn, stall, idle time.Duration, onStall func(
 	if tick < 50*time.Millisecond {
 		tick = 50 * time.Millisecond
 	}
-	w := &watchdog{client: cc, up: uc, stall: stall, idle: idle, tick: tick, onStall: onStall, onIdle: onIdle, baseU: bu}
+	w := &watchdog{client: cc, up: uc, stall: stall, idle: idle, tick: tick, onStall: onStall, onIdle: onIdle, baseU: bu,
+		keepAlive: up}
 	w.mu.Lock()
 	w.timer = time.AfterFunc(tick, w.check)
 	w.mu.Unlock()
@@ -120,6 +127,11 @@ func (w *watchdog) stop() {
 }
 
 func (w *watchdog) check() {
+	if c := w.keepAlive; c != nil {
+		// Checks never overlap: the next one is scheduled below.
+		w.keepAlive = nil
+		enableKeepAlive(c)
+	}
 	_, cAgo, ok1 := w.client.rx()
 	u, uAgo, ok2 := w.up.rx()
 	w.mu.Lock()
@@ -157,15 +169,8 @@ func (w *watchdog) check() {
 // counterOf finds the TCP socket under c (through TLS and rotor's own
 // buffered wrappers).
 func counterOf(c net.Conn) (rxCounter, bool) {
-	for i := 0; i < 4 && c != nil; i++ {
-		if tc, ok := c.(*net.TCPConn); ok {
-			return tcpCounter{tc}, true
-		}
-		nc, ok := c.(interface{ NetConn() net.Conn })
-		if !ok {
-			return nil, false
-		}
-		c = nc.NetConn()
+	if tc := tcpOf(c); tc != nil {
+		return tcpCounter{tc}, true
 	}
 	return nil, false
 }

@@ -24,4 +24,9 @@ type DialConfig struct {
 	// AllowPrivate lets the direct dialer reach loopback, private and
 	// link-local destinations.
 	AllowPrivate bool `toml:"-"`
+	// KeepAlive is net.Dialer's: 0 turns TCP keep-alive on at connect (Go's
+	// 15s), negative leaves it off for the caller to turn on once the
+	// connection proves long-lived (the gateway's tunnel watchdog does, so
+	// a short tunnel spends no setsockopt calls on it).
+	KeepAlive time.Duration `toml:"-"`
 }

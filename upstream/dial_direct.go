@@ -52,7 +52,7 @@ func (d *directDialer) DialContext(ctx context.Context, network, addr string) (n
 	if err != nil {
 		return nil, err
 	}
-	nd := net.Dialer{Timeout: d.cfg.ConnectTimeout}
+	nd := net.Dialer{Timeout: d.cfg.ConnectTimeout, KeepAlive: d.cfg.KeepAlive}
 	if !d.cfg.AllowPrivate {
 		nd.ControlContext = func(_ context.Context, _, address string, _ syscall.RawConn) error {
 			return checkDestination(address)

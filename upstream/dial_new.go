@@ -129,7 +129,7 @@ type proxyDialer struct {
 // dialProxy makes the TCP connection to the proxy. Its errors are classified
 // with stage dial: refused, timeout, or upstream_error.
 func (p *proxyDialer) dialProxy(ctx context.Context, target string) (net.Conn, error) {
-	d := net.Dialer{Timeout: p.cfg.ConnectTimeout}
+	d := net.Dialer{Timeout: p.cfg.ConnectTimeout, KeepAlive: p.cfg.KeepAlive}
 	c, err := d.DialContext(ctx, "tcp", p.addr)
 	if err != nil {
 		return nil, failAt(err, health.StageDial, target)
