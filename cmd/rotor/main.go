@@ -20,6 +20,7 @@ import (
 
 	"github.com/rotor-proxy/rotor/cluster"
 	"github.com/rotor-proxy/rotor/gateway"
+	"github.com/rotor-proxy/rotor/internal/logbuf"
 )
 
 // version is stamped at build time with -ldflags "-X main.version=…".
@@ -42,9 +43,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, "rotor", version)
 		return 0
 	}
-	var out io.Writer = stderr
+	var out io.Writer
 	switch *logFormat {
 	case "json":
+		// Info lines (one per tunnel and per request) are written in
+		// batches at most 100 ms old; warnings and errors at once.
+		lw := logbuf.New(stderr, logbuf.MaxDelay)
+		defer lw.Close()
+		out = lw
 	case "console":
 		out = zerolog.ConsoleWriter{Out: stderr, TimeFormat: time.RFC3339}
 	default:
