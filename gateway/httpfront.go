@@ -135,31 +135,6 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request, params use
 	s.runTunnel(id, "http", c, lease, pending, addr, params.User, start, func() { s.releaseHijacked(c) })
 }
 
-// httpConnState counts HTTP front connections against the limits. A
-// hijacked connection stays counted until its tunnel ends.
-func (s *Server) httpConnState(c net.Conn, st http.ConnState) {
-	switch st {
-	case http.StateNew:
-		release, ok := s.limits.acquire("http", c)
-		if !ok {
-			_, _ = c.Write([]byte("HTTP/1.1 503 Service Unavailable\r\nX-Rotor-Error: limit\r\nContent-Type: text/plain\r\nConnection: close\r\nContent-Length: 31\r\n\r\nconnection limit reached, retry"))
-			_ = c.Close()
-			s.metrics.tunnelDone("http", "refused_limit")
-			return
-		}
-		s.connRelease.Store(c, release)
-	case http.StateClosed, http.StateHijacked:
-		if v, ok := s.connRelease.LoadAndDelete(c); ok {
-			if st == http.StateHijacked {
-				// Released when the tunnel ends: see serveConnect's caller.
-				s.hijackRelease.Store(c, v)
-				return
-			}
-			v.(func())()
-		}
-	}
-}
-
 // releaseHijacked releases the limit slot of a hijacked connection.
 func (s *Server) releaseHijacked(c net.Conn) {
 	if c == nil {

@@ -156,6 +156,11 @@ func (s *Server) recoverConn(front string, id uint64, c net.Conn) {
 	if v == nil {
 		return
 	}
+	s.panicked(front, id, c, v)
+}
+
+// panicked is recoverConn's work once v was recovered.
+func (s *Server) panicked(front string, id uint64, c net.Conn, v any) {
 	if v == http.ErrAbortHandler {
 		panic(v) // net/http's own signal to abort a response quietly
 	}

@@ -42,7 +42,7 @@ type Server struct {
 	metrics       *metrics
 	limits        *connLimits
 	transports    sync.Map // transportKey(endpoint) → *http.Transport
-	connRelease   sync.Map // net.Conn → func(): limit slot of an HTTP front conn
+	h1            h1Front  // the HTTP proxy front's connections
 	hijackRelease sync.Map // net.Conn → func(): slot of a hijacked conn, until its tunnel ends
 
 	mu        sync.Mutex // guards listeners and servers
@@ -201,7 +201,9 @@ func (s *Server) Start() error {
 			s.wg.Add(1)
 			go s.acceptSOCKS(ln)
 		case "http":
-			s.serveHTTP(ln, s.proxyHandler(), "http")
+			s.h1.handler = s.proxyHandler()
+			s.wg.Add(1)
+			go s.acceptHTTP(ln) // owner: Server; ends when the listener is closed
 		case "admin":
 			s.serveHTTP(ln, s.adminHandler(), "admin")
 		}
@@ -229,9 +231,6 @@ func (s *Server) serveHTTP(ln net.Listener, h http.Handler, name string) {
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          httpErrorLog(s.log, name),
 		BaseContext:       func(net.Listener) context.Context { return s.ctx },
-	}
-	if name == "http" {
-		srv.ConnState = s.httpConnState
 	}
 	s.mu.Lock()
 	s.servers = append(s.servers, srv)
@@ -262,6 +261,11 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	servers := append([]*http.Server(nil), s.servers...)
 	s.mu.Unlock()
 	var hwg sync.WaitGroup
+	hwg.Add(1)
+	go func() { // owner: Shutdown; ends when the HTTP front's connections have ended
+		defer hwg.Done()
+		s.h1.shutdown(ctx)
+	}()
 	for _, srv := range servers {
 		hwg.Add(1)
 		go func() { // owner: Shutdown; ends when the server is shut down or ctx ends

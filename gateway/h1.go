@@ -1,0 +1,727 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// The HTTP proxy front runs its own HTTP/1.1 keep-alive loop instead of
+// net/http's Server (issue #8): per request the Server starts a
+// background-read goroutine (a read(2) that fails with EAGAIN, a park, a
+// deadline to abort it, a wake-up), a cancellable context and its chunking
+// writer, about a sixth of the gateway's CPU on plain-HTTP forwarding.
+// Requests are still parsed by net/http (http.ReadRequest) and checked as
+// its Server checks them (Host, header names and values, header size), and
+// proxyHandler serves them through a small ResponseWriter with the same
+// framing rules: Content-Length when the handler set it or finished within
+// h1SmallBody, chunked otherwise (close-delimited for HTTP/1.0), no body
+// for HEAD, 1xx, 204 and 304. The admin front keeps net/http.
+//
+// A client that leaves while its request is served cancels the request's
+// context, as with net/http, so the upstream exchange ends at once and is
+// not blamed: instead of a read kept pending on every request, a timer
+// peeks at the socket every h1ClientCheck while a request runs longer.
+
+const (
+	// h1MaxHeader bounds a request's head (net/http's MaxHeaderBytes was
+	// 64 KiB, plus the 4 KiB slack it adds).
+	h1MaxHeader = 64<<10 + 4096
+	// h1IdleTimeout bounds the wait for the next request on a kept-alive
+	// connection (as the Server's IdleTimeout was).
+	h1IdleTimeout = 120 * time.Second
+	// h1SmallBody: a handler that finishes having written at most this
+	// much gets a Content-Length instead of chunked framing.
+	h1SmallBody = 2048
+	// h1BufSize is the size of each connection's read and write buffers.
+	h1BufSize = 4096
+	// h1ClientCheck is how often a running request checks that its client
+	// is still connected.
+	h1ClientCheck = 100 * time.Millisecond
+	// h1LingerClose bounds the wait for the client's end after an answer
+	// that closes the connection with request bytes still unread, so the
+	// close does not reset the connection before the answer is read.
+	h1LingerClose = 500 * time.Millisecond
+)
+
+// errHeaderTooLarge ends a request head longer than h1MaxHeader.
+var errHeaderTooLarge = errors.New("request header too large")
+
+// h1Front tracks the HTTP front's connections for Shutdown.
+type h1Front struct {
+	handler http.Handler // proxyHandler
+
+	mu      sync.Mutex
+	conns   map[*h1Conn]struct{}
+	closing bool
+	wg      sync.WaitGroup
+}
+
+// h1Conn is one client connection of the HTTP front.
+type h1Conn struct {
+	s       *Server
+	c       net.Conn
+	remote  string
+	lr      headLimit
+	br      *bufio.Reader
+	bw      *bufio.Writer
+	release func() // the connection-limit slot
+
+	idle     bool // waiting for a request: Shutdown may close it (h1Front.mu)
+	hijacked bool
+
+	wmu    sync.Mutex         // guards the fields below (the client watch)
+	cancel context.CancelFunc // the running request's; nil between requests
+	watch  *time.Timer        // runs checkClient while a request is served
+}
+
+// headLimit is the reader under the connection's bufio.Reader: while a
+// request head is read it allows at most remain bytes.
+type headLimit struct {
+	c      net.Conn
+	remain int64
+}
+
+func (l *headLimit) Read(p []byte) (int, error) {
+	if l.remain <= 0 {
+		return 0, errHeaderTooLarge
+	}
+	if int64(len(p)) > l.remain {
+		p = p[:l.remain]
+	}
+	n, err := l.c.Read(p)
+	l.remain -= int64(n)
+	return n, err
+}
+
+// acceptHTTP serves the HTTP proxy front's listener until it is closed.
+func (s *Server) acceptHTTP(ln net.Listener) {
+	defer s.wg.Done()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				time.Sleep(10 * time.Millisecond) // EMFILE and friends: back off, don't spin
+				continue
+			}
+			s.log.Error().Err(err).Msg("http accept failed")
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		release, ok := s.limits.acquire("http", c)
+		if !ok {
+			_, _ = c.Write([]byte("HTTP/1.1 503 Service Unavailable\r\nX-Rotor-Error: limit\r\nContent-Type: text/plain\r\nConnection: close\r\nContent-Length: 31\r\n\r\nconnection limit reached, retry"))
+			_ = c.Close()
+			s.metrics.tunnelDone("http", "refused_limit")
+			continue
+		}
+		hc := &h1Conn{s: s, c: c, remote: c.RemoteAddr().String(), release: release}
+		if !s.h1.add(hc) {
+			_ = c.Close()
+			release()
+			continue
+		}
+		go func() { // owner: h1Front (wg); ends when the connection closes or is hijacked
+			defer s.h1.done(hc)
+			hc.serve()
+		}()
+	}
+}
+
+func (f *h1Front) add(hc *h1Conn) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closing {
+		return false
+	}
+	if f.conns == nil {
+		f.conns = map[*h1Conn]struct{}{}
+	}
+	f.conns[hc] = struct{}{}
+	f.wg.Add(1)
+	return true
+}
+
+func (f *h1Front) done(hc *h1Conn) {
+	f.mu.Lock()
+	delete(f.conns, hc)
+	f.mu.Unlock()
+	f.wg.Done()
+}
+
+// setIdle marks hc as waiting for a request (or not). It reports false
+// when the front is shutting down: the connection should end.
+func (f *h1Front) setIdle(hc *h1Conn, idle bool) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	hc.idle = idle
+	return !f.closing
+}
+
+// shutdown closes idle connections, lets the others finish their request
+// until ctx ends, then closes them.
+func (f *h1Front) shutdown(ctx context.Context) {
+	f.mu.Lock()
+	f.closing = true
+	for hc := range f.conns {
+		if hc.idle {
+			_ = hc.c.Close()
+		}
+	}
+	f.mu.Unlock()
+	done := make(chan struct{})
+	go func() { // owner: shutdown; ends when every connection goroutine has ended
+		f.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return
+	case <-ctx.Done():
+	}
+	f.mu.Lock()
+	for hc := range f.conns {
+		_ = hc.c.Close()
+	}
+	f.mu.Unlock()
+	<-done
+}
+
+// serve runs the keep-alive loop: read a request, serve it, until the
+// client or the answer ends the connection or it is hijacked (CONNECT).
+func (hc *h1Conn) serve() {
+	s := hc.s
+	defer func() {
+		if v := recover(); v != nil && v != http.ErrAbortHandler {
+			s.panicked("http", 0, hc.c, v) // logs and closes the connection
+		}
+		if !hc.hijacked {
+			_ = hc.c.Close()
+			hc.release()
+		}
+	}()
+	hc.lr.c = hc.c
+	hc.br = bufio.NewReaderSize(&hc.lr, h1BufSize)
+	hc.bw = bufio.NewWriterSize(hc.c, h1BufSize)
+	hdrTimeout := s.cfg.Load().Listen.HandshakeTimeout
+	for first := true; ; first = false {
+		// Waiting for a request's first byte the connection is idle:
+		// Shutdown closes it. The first request's head is bounded by the
+		// handshake timeout from the accept, later ones wait up to
+		// h1IdleTimeout for their first byte.
+		if hdrTimeout > 0 && first {
+			_ = hc.c.SetReadDeadline(time.Now().Add(hdrTimeout))
+		} else if !first {
+			_ = hc.c.SetReadDeadline(time.Now().Add(h1IdleTimeout))
+		}
+		// Bytes read from here on (the Peek too) count against the head's
+		// size limit.
+		hc.lr.remain = h1MaxHeader
+		if hc.br.Buffered() == 0 {
+			if !s.h1.setIdle(hc, true) {
+				return
+			}
+			_, err := hc.br.Peek(1)
+			if !s.h1.setIdle(hc, false) || err != nil {
+				return
+			}
+		}
+		if hdrTimeout > 0 && !first {
+			_ = hc.c.SetReadDeadline(time.Now().Add(hdrTimeout))
+		}
+		// Empty lines before a request line are ignored (RFC 9112
+		// section 2.2): some clients send a CRLF after a POST body.
+		for i := 0; i < 4; i++ {
+			if b, err := hc.br.Peek(1); err != nil || (b[0] != '\r' && b[0] != '\n') {
+				break
+			}
+			_, _ = hc.br.Discard(1)
+		}
+		req, err := http.ReadRequest(hc.br)
+		hc.lr.remain = 1<<63 - 1
+		if err != nil {
+			hc.readError(err)
+			return
+		}
+		_ = hc.c.SetReadDeadline(time.Time{})
+		if !hc.serveRequest(req) {
+			return
+		}
+	}
+}
+
+// readError answers a request that could not be read as net/http's
+// Server does: nothing for a connection that closed or timed out, 431 for
+// a head over h1MaxHeader, 501 for an unknown transfer coding, else 400.
+func (hc *h1Conn) readError(err error) {
+	var ne net.Error
+	var oe *net.OpError
+	switch {
+	case errors.Is(err, errHeaderTooLarge):
+		hc.plain(http.StatusRequestHeaderFieldsTooLarge, "431 Request Header Fields Too Large")
+		hc.lingerClose()
+	case strings.Contains(err.Error(), "unsupported transfer encoding"):
+		hc.plain(http.StatusNotImplemented, "Unsupported transfer encoding")
+	case err == io.EOF, errors.As(err, &ne) && ne.Timeout(), errors.As(err, &oe) && oe.Op == "read":
+	default:
+		hc.s.log.Debug().Str("listener", "http").Str("client", hc.remote).Str("err", redactText(err.Error())).Msg("bad request")
+		hc.plain(http.StatusBadRequest, "400 Bad Request")
+	}
+}
+
+// plain writes a bare error answer and flushes; the connection closes.
+func (hc *h1Conn) plain(status int, body string) {
+	_, _ = hc.bw.WriteString("HTTP/1.1 " + strconv.Itoa(status) + " " + http.StatusText(status) +
+		"\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n" + body)
+	_ = hc.bw.Flush()
+}
+
+// checkRequest applies the checks net/http's Server makes after parsing.
+// http.ReadRequest has already refused a second Host header and taken
+// the Host header out of req.Header (into req.Host, unless the request
+// line's absolute URI names the host, which wins: RFC 9112 section 3.2.2).
+func checkRequest(req *http.Request) string {
+	if req.ProtoMajor != 1 {
+		return "unsupported protocol version"
+	}
+	if req.ProtoAtLeast(1, 1) && req.Host == "" && req.Method != http.MethodConnect {
+		return "missing required Host header"
+	}
+	if !validHostHeader(req.Host) {
+		return "malformed Host header"
+	}
+	for k, vv := range req.Header {
+		if !validFieldName(k) {
+			return "invalid header name"
+		}
+		for _, v := range vv {
+			if !validFieldValue(v) {
+				return "invalid header value"
+			}
+		}
+	}
+	return ""
+}
+
+// serveRequest serves one request; it reports whether the connection may
+// carry another.
+func (hc *h1Conn) serveRequest(req *http.Request) bool {
+	if msg := checkRequest(req); msg != "" {
+		if msg == "unsupported protocol version" {
+			hc.plain(http.StatusHTTPVersionNotSupported, "505 HTTP Version Not Supported")
+		} else {
+			hc.plain(http.StatusBadRequest, "400 Bad Request: "+msg)
+		}
+		return false
+	}
+	req.RemoteAddr = hc.remote
+	ctx, cancel := context.WithCancel(hc.s.ctx)
+	defer cancel()
+	req = req.WithContext(ctx)
+	w := &h1Writer{hc: hc, req: req, h: http.Header{}, cl: -1}
+	body := &h1Body{r: req.Body}
+	if req.Body == nil || req.Body == http.NoBody {
+		body.eof = true
+	} else {
+		if e := req.Header.Get("Expect"); e != "" {
+			if !strings.EqualFold(e, "100-continue") {
+				w.h.Set("Connection", "close")
+				w.WriteHeader(http.StatusExpectationFailed)
+				w.finish()
+				hc.lingerClose()
+				return false
+			}
+			if req.ProtoAtLeast(1, 1) {
+				body.w = w // "100 Continue" before the first read
+			}
+		}
+		req.Body = body
+	}
+	hc.handle(w, req, cancel)
+	if hc.hijacked {
+		return false
+	}
+	w.finish()
+	if w.err != nil {
+		return false
+	}
+	if !body.eof {
+		// A body the handler left unread is still on the wire: closing is
+		// simpler and safer than reading it to find the next request.
+		hc.lingerClose()
+		return false
+	}
+	return !w.closeAfter
+}
+
+// handle runs the proxy handler with the client watched.
+func (hc *h1Conn) handle(w *h1Writer, req *http.Request, cancel context.CancelFunc) {
+	hc.startWatch(cancel)
+	defer hc.stopWatch()
+	hc.s.h1.handler.ServeHTTP(w, req)
+}
+
+// startWatch arms the client check for the request cancel belongs to.
+func (hc *h1Conn) startWatch(cancel context.CancelFunc) {
+	hc.wmu.Lock()
+	defer hc.wmu.Unlock()
+	hc.cancel = cancel
+	if hc.watch == nil {
+		hc.watch = time.AfterFunc(h1ClientCheck, hc.checkClient)
+	} else {
+		hc.watch.Reset(h1ClientCheck)
+	}
+}
+
+// stopWatch disarms it once the handler returned.
+func (hc *h1Conn) stopWatch() {
+	hc.wmu.Lock()
+	defer hc.wmu.Unlock()
+	hc.cancel = nil
+	hc.watch.Stop()
+}
+
+// checkClient cancels the running request when its client has closed or
+// reset the connection, and checks again later otherwise.
+func (hc *h1Conn) checkClient() {
+	hc.wmu.Lock()
+	defer hc.wmu.Unlock()
+	if hc.cancel == nil {
+		return
+	}
+	if clientGone(hc.c) {
+		hc.cancel()
+		hc.cancel = nil
+		return
+	}
+	hc.watch.Reset(h1ClientCheck)
+}
+
+// lingerClose ends a connection whose client may still be sending (an
+// unread body, an oversized head): it sends the answer and a FIN, then
+// reads and drops what comes for up to h1LingerClose, so the close that
+// follows does not reset the connection and destroy the answer in flight.
+func (hc *h1Conn) lingerClose() {
+	_ = hc.bw.Flush()
+	if tc, ok := hc.c.(*net.TCPConn); ok {
+		_ = tc.CloseWrite()
+	}
+	_ = hc.c.SetReadDeadline(time.Now().Add(h1LingerClose))
+	_, _ = io.CopyN(io.Discard, hc.c, 1<<20)
+}
+
+// h1Body records whether the handler read the request body to its end,
+// and sends "100 Continue" before the first read when the client asked.
+type h1Body struct {
+	r   io.ReadCloser
+	w   *h1Writer // non-nil until 100 Continue was sent
+	eof bool
+}
+
+func (b *h1Body) Read(p []byte) (int, error) {
+	if w := b.w; w != nil {
+		b.w = nil
+		if !w.wroteHeader {
+			_, _ = w.hc.bw.WriteString("HTTP/1.1 100 Continue\r\n\r\n")
+			if err := w.hc.bw.Flush(); err != nil {
+				return 0, err
+			}
+		}
+	}
+	n, err := b.r.Read(p)
+	if err == io.EOF {
+		b.eof = true
+	}
+	return n, err
+}
+
+func (b *h1Body) Close() error { return b.r.Close() }
+
+// h1Writer is the http.ResponseWriter of one request.
+type h1Writer struct {
+	hc          *h1Conn
+	req         *http.Request
+	h           http.Header
+	status      int
+	wroteHeader bool // WriteHeader ran (the head may still be held: pending)
+	committed   bool // the head is in hc.bw
+	pending     []byte
+	cl          int64 // declared Content-Length, -1 when none
+	written     int64
+	chunked     bool
+	noBody      bool
+	closeAfter  bool
+	err         error
+}
+
+var (
+	_ http.ResponseWriter = (*h1Writer)(nil)
+	_ http.Flusher        = (*h1Writer)(nil)
+	_ http.Hijacker       = (*h1Writer)(nil)
+)
+
+func (w *h1Writer) Header() http.Header { return w.h }
+
+// WriteHeader records the status; the head is written with the first
+// body bytes past h1SmallBody, at Flush, or at the end of the handler,
+// when the framing is known.
+func (w *h1Writer) WriteHeader(code int) {
+	if w.wroteHeader || w.hc.hijacked {
+		return
+	}
+	if code < 100 || code > 999 {
+		panic("invalid WriteHeader code " + strconv.Itoa(code))
+	}
+	if code < 200 && code != http.StatusSwitchingProtocols {
+		// An informational answer goes out at once; the final one follows.
+		w.writeHead(code, false)
+		w.err = w.hc.bw.Flush()
+		return
+	}
+	w.wroteHeader = true
+	w.status = code
+	w.noBody = w.req.Method == http.MethodHead || code == http.StatusNoContent || code == http.StatusNotModified
+	if v := w.h.Get("Content-Length"); v != "" {
+		if n, err := strconv.ParseInt(v, 10, 64); err == nil && n >= 0 {
+			w.cl = n
+		} else {
+			w.h.Del("Content-Length")
+		}
+	}
+}
+
+func (w *h1Writer) Write(p []byte) (int, error) {
+	if w.hc.hijacked {
+		return 0, http.ErrHijacked
+	}
+	if !w.wroteHeader {
+		w.WriteHeader(http.StatusOK)
+	}
+	if w.err != nil {
+		return 0, w.err
+	}
+	if len(p) == 0 {
+		return 0, nil
+	}
+	if w.noBody {
+		return 0, http.ErrBodyNotAllowed
+	}
+	if w.cl >= 0 && w.written+int64(len(p)) > w.cl {
+		return 0, http.ErrContentLength
+	}
+	w.written += int64(len(p))
+	if !w.committed {
+		if w.cl >= 0 || len(w.pending)+len(p) > h1SmallBody {
+			w.commit(false)
+		} else {
+			w.pending = append(w.pending, p...)
+			return len(p), nil
+		}
+	}
+	if w.chunked {
+		_, _ = w.hc.bw.WriteString(strconv.FormatInt(int64(len(p)), 16))
+		_, _ = w.hc.bw.WriteString("\r\n")
+	}
+	_, err := w.hc.bw.Write(p)
+	if w.chunked && err == nil {
+		_, err = w.hc.bw.WriteString("\r\n")
+	}
+	if err != nil {
+		w.err = err
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// commit writes the head. final is true at the end of the handler: a body
+// held in pending then gets a Content-Length.
+func (w *h1Writer) commit(final bool) {
+	if w.committed {
+		return
+	}
+	w.committed = true
+	h := w.h
+	req := w.req
+	if !w.noBody && w.cl < 0 {
+		switch {
+		case final:
+			w.cl = int64(len(w.pending))
+			h.Set("Content-Length", strconv.Itoa(len(w.pending)))
+		case req.ProtoAtLeast(1, 1):
+			w.chunked = true
+		default:
+			w.closeAfter = true // HTTP/1.0: the body ends with the connection
+		}
+	}
+	if req.Close || !req.ProtoAtLeast(1, 0) || hasToken(h, "Connection", "close") ||
+		(!req.ProtoAtLeast(1, 1) && !hasToken(req.Header, "Connection", "keep-alive")) {
+		w.closeAfter = true
+	}
+	switch {
+	case w.closeAfter:
+		h.Set("Connection", "close")
+	case !req.ProtoAtLeast(1, 1):
+		h.Set("Connection", "keep-alive")
+	}
+	if w.chunked {
+		h.Set("Transfer-Encoding", "chunked")
+	} else {
+		h.Del("Transfer-Encoding")
+	}
+	if _, ok := h["Date"]; !ok {
+		h["Date"] = []string{time.Now().UTC().Format(http.TimeFormat)}
+	}
+	w.writeHead(w.status, true)
+	if len(w.pending) > 0 {
+		p := w.pending
+		w.pending = nil
+		if w.chunked {
+			_, _ = w.hc.bw.WriteString(strconv.FormatInt(int64(len(p)), 16))
+			_, _ = w.hc.bw.WriteString("\r\n")
+		}
+		_, _ = w.hc.bw.Write(p)
+		if w.chunked {
+			_, _ = w.hc.bw.WriteString("\r\n")
+		}
+	}
+}
+
+// writeHead writes the status line and the header fields (values with CR
+// or LF have them turned into spaces, as net/http does).
+func (w *h1Writer) writeHead(code int, withHeader bool) {
+	bw := w.hc.bw
+	_, _ = bw.WriteString("HTTP/1.1 ")
+	_, _ = bw.WriteString(strconv.Itoa(code))
+	_ = bw.WriteByte(' ')
+	_, _ = bw.WriteString(http.StatusText(code))
+	_, _ = bw.WriteString("\r\n")
+	if withHeader {
+		for k, vv := range w.h {
+			if !validFieldName(k) {
+				continue
+			}
+			for _, v := range vv {
+				writeHeaderLine(bw, k, v)
+			}
+		}
+	}
+	_, _ = bw.WriteString("\r\n")
+}
+
+// Flush sends the head and what was written so far.
+func (w *h1Writer) Flush() {
+	if w.hc.hijacked || w.err != nil {
+		return
+	}
+	if !w.wroteHeader {
+		w.WriteHeader(http.StatusOK)
+	}
+	w.commit(false)
+	w.err = w.hc.bw.Flush()
+}
+
+// finish ends the answer after the handler returned.
+func (w *h1Writer) finish() {
+	if w.err != nil {
+		return
+	}
+	if !w.wroteHeader {
+		w.WriteHeader(http.StatusOK)
+	}
+	w.commit(true)
+	if w.chunked {
+		_, _ = w.hc.bw.WriteString("0\r\n\r\n")
+	}
+	if w.cl >= 0 && w.written < w.cl && !w.noBody {
+		w.closeAfter = true // the client waits for bytes that will not come
+	}
+	w.err = w.hc.bw.Flush()
+}
+
+// Hijack hands the connection to the handler (CONNECT). Its limit slot
+// moves to hijackRelease until the tunnel ends.
+func (w *h1Writer) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	hc := w.hc
+	if hc.hijacked {
+		return nil, nil, http.ErrHijacked
+	}
+	if w.committed {
+		return nil, nil, errors.New("hijack after the answer began")
+	}
+	hc.hijacked = true
+	hc.s.hijackRelease.Store(hc.c, hc.release)
+	return hc.c, bufio.NewReadWriter(hc.br, hc.bw), nil
+}
+
+// SetReadDeadline and SetWriteDeadline serve http.ResponseController.
+func (w *h1Writer) SetReadDeadline(t time.Time) error  { return w.hc.c.SetReadDeadline(t) }
+func (w *h1Writer) SetWriteDeadline(t time.Time) error { return w.hc.c.SetWriteDeadline(t) }
+
+// hasToken reports whether header field name of h lists token
+// (comma-separated, case-insensitive).
+func hasToken(h http.Header, name, token string) bool {
+	for _, v := range h[name] {
+		for t := range strings.SplitSeq(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(t), token) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// validFieldName reports whether k is an RFC 9110 token (section 5.1).
+func validFieldName(k string) bool {
+	if k == "" {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		c := k[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// validFieldValue reports whether v has no control characters other than
+// horizontal tab (RFC 9110 section 5.5); obs-text (0x80-0xFF) is allowed.
+func validFieldValue(v string) bool {
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; (c < ' ' && c != '\t') || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// validHostHeader reports whether h has only bytes a Host header may
+// carry: those of RFC 3986's host and port, plus what net/http's Server
+// lets through for compatibility ("%" escapes, "[]" for IPv6, and bytes
+// of 0x80 and above for names not yet punycoded).
+func validHostHeader(h string) bool {
+	for i := 0; i < len(h); i++ {
+		c := h[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c >= 0x80:
+		case strings.IndexByte("!$%&'()*+,-.:;=[]_~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
+}

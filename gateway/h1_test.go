@@ -1,0 +1,260 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rotor-proxy/rotor/upstream/upstreamtest"
+)
+
+// h1Dial opens a raw connection to the gateway's HTTP front.
+func h1Dial(t *testing.T, srv *Server) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	c, err := net.Dial("tcp", srv.Addr("http"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	return c, bufio.NewReader(c)
+}
+
+// h1Read reads one answer to a request with method.
+func h1Read(t *testing.T, br *bufio.Reader, method string) (*http.Response, string) {
+	t.Helper()
+	resp, err := http.ReadResponse(br, &http.Request{Method: method})
+	if err != nil {
+		t.Fatalf("reading the answer: %v", err)
+	}
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("reading the body: %v", err)
+	}
+	return resp, string(b)
+}
+
+// wantClosed checks that the gateway closes c (EOF, not a reset) within 5s.
+func wantClosed(t *testing.T, c net.Conn, br *bufio.Reader) {
+	t.Helper()
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if n, err := br.Read(make([]byte, 1)); err != io.EOF {
+		t.Fatalf("connection not closed cleanly: read %d, %v", n, err)
+	}
+}
+
+// The HTTP front's own keep-alive loop frames answers as net/http's
+// Server did: keep-alive and pipelining on HTTP/1.1, Connection handling
+// for HTTP/1.0, Content-Length on small answers, no body for HEAD.
+func TestH1Framing(t *testing.T) {
+	target := upstreamtest.NewTarget(t)
+	srv := directGateway(t)
+	get := func(path, proto, extra string) string {
+		return fmt.Sprintf("GET %s %s\r\nHost: %s\r\n%s\r\n", target.URL(path), proto, target.Addr(), extra)
+	}
+
+	t.Run("keep-alive and pipelining", func(t *testing.T) {
+		c, br := h1Dial(t, srv)
+		// Two requests in one write, then a third after the answers.
+		fmt.Fprint(c, get("/ok", "HTTP/1.1", "")+get("/status/404", "HTTP/1.1", ""))
+		r1, b1 := h1Read(t, br, "GET")
+		r2, b2 := h1Read(t, br, "GET")
+		if r1.StatusCode != 200 || b1 != "ok\n" || r2.StatusCode != 404 || b2 != "status 404\n" {
+			t.Fatalf("pipelined answers: %d %q, %d %q", r1.StatusCode, b1, r2.StatusCode, b2)
+		}
+		// An empty line before a request line is ignored (RFC 9112 section 2.2).
+		fmt.Fprint(c, "\r\n"+get("/ok", "HTTP/1.1", ""))
+		if r3, b3 := h1Read(t, br, "GET"); r3.StatusCode != 200 || b3 != "ok\n" || r3.Close {
+			t.Fatalf("third answer on the kept-alive connection: %d %q close=%v", r3.StatusCode, b3, r3.Close)
+		}
+		if r1.Header.Get("X-Rotor-Upstream") != "up" || r1.Header.Get("Date") == "" {
+			t.Errorf("answer headers: %v", r1.Header)
+		}
+	})
+
+	t.Run("Connection: close", func(t *testing.T) {
+		c, br := h1Dial(t, srv)
+		fmt.Fprint(c, get("/ok", "HTTP/1.1", "Connection: close\r\n"))
+		if r, b := h1Read(t, br, "GET"); r.StatusCode != 200 || b != "ok\n" || !r.Close {
+			t.Fatalf("answer: %d %q close=%v, want 200 with Connection: close", r.StatusCode, b, r.Close)
+		}
+		wantClosed(t, c, br)
+	})
+
+	t.Run("HTTP/1.0", func(t *testing.T) {
+		c, br := h1Dial(t, srv)
+		fmt.Fprint(c, get("/ok", "HTTP/1.0", "Connection: keep-alive\r\n"))
+		r, b := h1Read(t, br, "GET")
+		if r.StatusCode != 200 || b != "ok\n" || r.Header.Get("Connection") != "keep-alive" {
+			t.Fatalf("HTTP/1.0 keep-alive: %d %q Connection %q", r.StatusCode, b, r.Header.Get("Connection"))
+		}
+		fmt.Fprint(c, get("/ok", "HTTP/1.0", ""))
+		if r, b := h1Read(t, br, "GET"); r.StatusCode != 200 || b != "ok\n" || !r.Close {
+			t.Fatalf("HTTP/1.0 without keep-alive: %d %q close=%v", r.StatusCode, b, r.Close)
+		}
+		wantClosed(t, c, br)
+	})
+
+	t.Run("HEAD", func(t *testing.T) {
+		c, br := h1Dial(t, srv)
+		fmt.Fprintf(c, "HEAD %s HTTP/1.1\r\nHost: %s\r\n\r\n", target.URL("/ok"), target.Addr())
+		r, b := h1Read(t, br, "HEAD")
+		if r.StatusCode != 200 || b != "" || r.ContentLength != 3 {
+			t.Fatalf("HEAD: %d body %q Content-Length %d, want 200, no body, 3", r.StatusCode, b, r.ContentLength)
+		}
+		// The next answer on the connection must not be shifted by a body.
+		fmt.Fprint(c, get("/status/201", "HTTP/1.1", ""))
+		if r, b := h1Read(t, br, "GET"); r.StatusCode != 201 || b != "status 201\n" {
+			t.Fatalf("after HEAD: %d %q", r.StatusCode, b)
+		}
+	})
+
+	t.Run("rotor's own errors have a length", func(t *testing.T) {
+		c, br := h1Dial(t, srv)
+		fmt.Fprintf(c, "GET /not-a-proxy-request HTTP/1.1\r\nHost: x\r\n\r\n")
+		r, b := h1Read(t, br, "GET")
+		if r.StatusCode != 400 || r.ContentLength != int64(len(b)) || len(r.TransferEncoding) != 0 {
+			t.Fatalf("error answer: %d Content-Length %d TE %v body %q", r.StatusCode, r.ContentLength, r.TransferEncoding, b)
+		}
+	})
+}
+
+// An upstream answer without a length reaches an HTTP/1.1 client chunked
+// and an HTTP/1.0 client close-delimited, whole either way.
+func TestH1StreamedAnswers(t *testing.T) {
+	body := strings.Repeat("0123456789", 1000) // past h1SmallBody
+	rt := newRawTarget(t, func(c net.Conn, br *bufio.Reader, rt *rawTarget) {
+		for {
+			if _, err := rt.readHead(br); err != nil {
+				return
+			}
+			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n0\r\n\r\n", len(body), body)
+		}
+	})
+	srv := directGateway(t)
+	for _, proto := range []string{"HTTP/1.1", "HTTP/1.0"} {
+		c, br := h1Dial(t, srv)
+		fmt.Fprintf(c, "GET http://%s/ %s\r\nHost: %s\r\n\r\n", rt.Addr(), proto, rt.Addr())
+		r, b := h1Read(t, br, "GET")
+		if r.StatusCode != 200 || b != body {
+			t.Fatalf("%s: %d, %d body bytes, want 200 and %d", proto, r.StatusCode, len(b), len(body))
+		}
+		chunked := len(r.TransferEncoding) == 1 && r.TransferEncoding[0] == "chunked"
+		if proto == "HTTP/1.1" && !chunked {
+			t.Errorf("HTTP/1.1: Transfer-Encoding %v, want chunked", r.TransferEncoding)
+		}
+		if proto == "HTTP/1.0" {
+			if chunked || !r.Close {
+				t.Errorf("HTTP/1.0: Transfer-Encoding %v close=%v, want close-delimited", r.TransferEncoding, r.Close)
+			}
+			wantClosed(t, c, br)
+		}
+	}
+}
+
+// Requests net/http's Server refused are refused the same way.
+func TestH1BadRequests(t *testing.T) {
+	srv := directGateway(t)
+	for _, tt := range []struct {
+		name, req string
+		status    int
+	}{
+		{"garbage", "\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03\r\n\r\n", 400},
+		{"no Host on HTTP/1.1", "GET /x HTTP/1.1\r\n\r\n", 400},
+		{"two Hosts", "GET http://a.test/ HTTP/1.1\r\nHost: a.test\r\nHost: b.test\r\n\r\n", 400},
+		{"bad header name", "GET http://a.test/ HTTP/1.1\r\nHost: a.test\r\nBad Name: x\r\n\r\n", 400},
+		{"control byte in a value", "GET http://a.test/ HTTP/1.1\r\nHost: a.test\r\nX-A: a\x01b\r\n\r\n", 400},
+		{"unknown transfer coding", "POST http://a.test/ HTTP/1.1\r\nHost: a.test\r\nTransfer-Encoding: gzip\r\n\r\n", 501},
+		{"HTTP/2 request line", "GET http://a.test/ HTTP/2.0\r\nHost: a.test\r\n\r\n", 505},
+		{"Expect other than 100-continue", "POST http://a.test/ HTTP/1.1\r\nHost: a.test\r\nExpect: magic\r\nContent-Length: 3\r\n\r\nabc", 417},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c, br := h1Dial(t, srv)
+			fmt.Fprint(c, tt.req)
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatalf("reading the answer: %v", err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != tt.status {
+				t.Fatalf("status %d, want %d", resp.StatusCode, tt.status)
+			}
+			if !resp.Close {
+				t.Errorf("the answer keeps the connection open")
+			}
+		})
+	}
+}
+
+// A client that sends "Expect: 100-continue" gets the interim answer once
+// the body is wanted, then the final one.
+func TestH1ExpectContinue(t *testing.T) {
+	target := upstreamtest.NewTarget(t)
+	srv := directGateway(t)
+	c, br := h1Dial(t, srv)
+	fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: %s\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n", target.URL("/echo"), target.Addr())
+	line, err := br.ReadString('\n')
+	if err != nil || line != "HTTP/1.1 100 Continue\r\n" {
+		t.Fatalf("interim answer: %q, %v", line, err)
+	}
+	if blank, _ := br.ReadString('\n'); blank != "\r\n" {
+		t.Fatalf("interim answer not ended: %q", blank)
+	}
+	fmt.Fprint(c, "hello")
+	if r, b := h1Read(t, br, "POST"); r.StatusCode != 200 || b != "hello" {
+		t.Fatalf("final answer: %d %q", r.StatusCode, b)
+	}
+}
+
+// An answer given without reading the request's body (here 407) still
+// reaches the client: the connection is closed after it without a reset.
+func TestH1UnreadBodyLingers(t *testing.T) {
+	srv, _ := startGateway(t, "allow_private_destinations = true\n"+listenConf("")+
+		"[[client]]\nusername = \"u\"\npassword = \"pw-h1\"\n[pool]\nstart_eligible = true\n[[upstream]]\nurl = \"direct://\"\nname = \"up\"\n")
+	c, br := h1Dial(t, srv)
+	big := strings.Repeat("x", 256<<10)
+	go func() { // owner: this test; ends when the write completes or the conn closes
+		fmt.Fprintf(c, "POST http://a.test/ HTTP/1.1\r\nHost: a.test\r\nContent-Length: %d\r\n\r\n%s", len(big), big)
+	}()
+	r, _ := h1Read(t, br, "POST")
+	if r.StatusCode != http.StatusProxyAuthRequired {
+		t.Fatalf("status %d, want 407", r.StatusCode)
+	}
+}
+
+// Shutdown closes kept-alive connections that wait for a request, and
+// lets one in the middle of a request finish its answer.
+func TestH1ShutdownClosesIdle(t *testing.T) {
+	target := upstreamtest.NewTarget(t)
+	srv := directGateway(t)
+	idle, ibr := h1Dial(t, srv)
+	fmt.Fprintf(idle, "GET %s HTTP/1.1\r\nHost: %s\r\n\r\n", target.URL("/ok"), target.Addr())
+	h1Read(t, ibr, "GET")
+	busy, bbr := h1Dial(t, srv)
+	fmt.Fprintf(busy, "GET %s HTTP/1.1\r\nHost: %s\r\n\r\n", target.URL("/delay/300ms"), target.Addr())
+	time.Sleep(100 * time.Millisecond) // the request is in the handler
+	done := make(chan error, 1)
+	go func() { // owner: this test; ends when Shutdown returns
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		done <- srv.Shutdown(ctx)
+	}()
+	wantClosed(t, idle, ibr)
+	if r, b := h1Read(t, bbr, "GET"); r.StatusCode != 200 || b != "ok\n" {
+		t.Fatalf("the answer in flight at shutdown: %d %q", r.StatusCode, b)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Shutdown did not return")
+	}
+}
