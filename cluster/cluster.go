@@ -315,8 +315,11 @@ func (c *Cluster) clamp(rs health.RemoteState) health.RemoteState {
 }
 
 // subscribe applies records published by other instances. go-redis
-// re-subscribes by itself after a connection loss; messages missed
-// meanwhile are caught by the sync loop's reconcile.
+// re-subscribes by itself after a connection loss; record messages missed
+// meanwhile are caught by the sync loop's reconcile, session bindings by a
+// load of the stored sessions each time the session channel is subscribed
+// again (a binding another instance pushed while this one's subscription
+// was down would otherwise never arrive).
 func (c *Cluster) subscribe() {
 	defer c.wg.Done()
 	ps := c.rdb.Subscribe(c.ctx, c.channel, c.sessChannel)
@@ -328,14 +331,26 @@ func (c *Cluster) subscribe() {
 		c.loadSessionsAsync()
 	}
 	cancel()
-	ch := ps.Channel(redis.WithChannelHealthCheckInterval(time.Second))
+	ch := ps.ChannelWithSubscriptions(redis.WithChannelHealthCheckInterval(time.Second))
 	for {
 		select {
 		case <-c.ctx.Done():
 			return
-		case m, ok := <-ch:
+		case v, ok := <-ch:
 			if !ok {
 				return
+			}
+			var m *redis.Message
+			switch v := v.(type) {
+			case *redis.Subscription:
+				if v.Kind == "subscribe" && v.Channel == c.sessChannel {
+					c.loadSessionsAsync()
+				}
+				continue
+			case *redis.Message:
+				m = v
+			default:
+				continue
 			}
 			if m.Channel == c.sessChannel {
 				c.applySession(m.Payload)
