@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -193,6 +194,11 @@ func (f *h1Front) shutdown(ctx context.Context) {
 	f.mu.Lock()
 	for hc := range f.conns {
 		_ = hc.c.Close()
+		hc.wmu.Lock()
+		if hc.cancel != nil {
+			hc.cancel() // a request waiting for an upstream ends now
+		}
+		hc.wmu.Unlock()
 	}
 	f.mu.Unlock()
 	<-done
@@ -220,10 +226,10 @@ func (hc *h1Conn) serve() {
 		// Shutdown closes it. The first request's head is bounded by the
 		// handshake timeout from the accept, later ones wait up to
 		// h1IdleTimeout for their first byte.
-		if hdrTimeout > 0 && first {
-			_ = hc.c.SetReadDeadline(time.Now().Add(hdrTimeout))
-		} else if !first {
+		if !first {
 			_ = hc.c.SetReadDeadline(time.Now().Add(h1IdleTimeout))
+		} else if hdrTimeout > 0 {
+			_ = hc.c.SetReadDeadline(time.Now().Add(hdrTimeout))
 		}
 		// Bytes read from here on (the Peek too) count against the head's
 		// size limit.
@@ -237,7 +243,9 @@ func (hc *h1Conn) serve() {
 				return
 			}
 		}
-		if hdrTimeout > 0 && !first {
+		// A head that is not all here yet must come within the handshake
+		// timeout (a whole head, the usual case, needs no new deadline).
+		if !first && hdrTimeout > 0 && !headBuffered(hc.br) {
 			_ = hc.c.SetReadDeadline(time.Now().Add(hdrTimeout))
 		}
 		// Empty lines before a request line are ignored (RFC 9112
@@ -254,7 +262,11 @@ func (hc *h1Conn) serve() {
 			hc.readError(err)
 			return
 		}
-		_ = hc.c.SetReadDeadline(time.Time{})
+		// The handler reads a body without rotor's deadlines; a CONNECT
+		// clears them itself, and nothing else reads the client meanwhile.
+		if req.Body != http.NoBody {
+			_ = hc.c.SetReadDeadline(time.Time{})
+		}
 		if !hc.serveRequest(req) {
 			return
 		}
@@ -326,7 +338,10 @@ func (hc *h1Conn) serveRequest(req *http.Request) bool {
 		return false
 	}
 	req.RemoteAddr = hc.remote
-	ctx, cancel := context.WithCancel(hc.s.ctx)
+	// Not derived from the server's context: registering with it would
+	// take its lock on every request. Shutdown cancels running requests
+	// through the client watch when its grace runs out.
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	req = req.WithContext(ctx)
 	w := &h1Writer{hc: hc, req: req, h: http.Header{}, cl: -1}
@@ -679,6 +694,12 @@ func hasToken(h http.Header, name, token string) bool {
 		}
 	}
 	return false
+}
+
+// headBuffered reports whether br holds a whole request head.
+func headBuffered(br *bufio.Reader) bool {
+	b, _ := br.Peek(br.Buffered())
+	return bytes.Contains(b, []byte("\r\n\r\n")) || bytes.Contains(b, []byte("\n\n"))
 }
 
 // validFieldName reports whether k is an RFC 9110 token (section 5.1).
