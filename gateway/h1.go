@@ -619,7 +619,11 @@ func (w *h1Writer) writeHead(code int, withHeader bool) {
 	_, _ = bw.WriteString("HTTP/1.1 ")
 	_, _ = bw.WriteString(strconv.Itoa(code))
 	_ = bw.WriteByte(' ')
-	_, _ = bw.WriteString(http.StatusText(code))
+	if text := http.StatusText(code); text != "" {
+		_, _ = bw.WriteString(text)
+	} else {
+		_, _ = bw.WriteString("status code " + strconv.Itoa(code))
+	}
 	_, _ = bw.WriteString("\r\n")
 	if withHeader {
 		for k, vv := range w.h {
