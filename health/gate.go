@@ -27,37 +27,53 @@ const (
 // Bind makes r publish to g from now on, and publishes r's state now. A
 // record publishes to one gate: the one it published to before (a previous
 // snapshot's) is reset to ask, so its holders consult the tracker.
-func (t *Tracker) Bind(r *Record, g *Gate) {
+//
+// With a roster, r also keeps member i of ro in it exactly while g is not
+// shut. g must then be member i's gate, and both fresh (g asking, i in, as
+// created) or bound together before.
+func (t *Tracker) Bind(r *Record, g *Gate, ro *Roster, i int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.gate != nil && r.gate != g {
-		r.gate.w.Store(gateAsk)
+	if r.gate != g {
+		r.setGate(gateAsk)
 	}
-	r.gate = g
+	r.gate, r.roster, r.member = g, ro, i
 	r.publish()
 }
+
+// Known returns g's own answer when it has one: admit for an open gate
+// (eligible, no slow-start slot to consume, no per-target cooldown to
+// check), refuse for a shut one (not eligible). ok is false when g asks
+// the tracker. It lets a caller fetch the record only when needed.
+func (g *Gate) Known() (admit, ok bool) {
+	switch g.w.Load() {
+	case gateOpen:
+		return true, true
+	case gateShut:
+		return false, true
+	}
+	return false, false
+}
+
+// Shut reports whether g refuses without asking: its record is not
+// eligible. A strategy uses it to draw again at no cost when a draw lands
+// on an endpoint that is out.
+func (g *Gate) Shut() bool { return g.w.Load() == gateShut }
 
 // EligibleVia is Eligible for r, answered by g when g is bound to r and
 // knows.
 func (t *Tracker) EligibleVia(g *Gate, r *Record) bool {
-	switch g.w.Load() {
-	case gateOpen:
-		return true
-	case gateShut:
-		return false
+	if admit, ok := g.Known(); ok {
+		return admit
 	}
 	return t.Eligible(r)
 }
 
 // AdmitTargetVia is AdmitTarget for r, answered by g when g is bound to r
-// and knows: an open gate admits (no ramp slot to consume, no per-target
-// cooldown to check), a shut one refuses.
+// and knows (see Known).
 func (t *Tracker) AdmitTargetVia(g *Gate, r *Record, host string) bool {
-	switch g.w.Load() {
-	case gateOpen:
-		return true
-	case gateShut:
-		return false
+	if admit, ok := g.Known(); ok {
+		return admit
 	}
 	return t.AdmitTarget(r, host)
 }
@@ -65,20 +81,13 @@ func (t *Tracker) AdmitTargetVia(g *Gate, r *Record, host string) bool {
 // askGate makes r's gate ask the tracker until the next publish: setState
 // into eligible uses it, since whether a ramp follows is decided after it
 // (readmit: startRamp publishes). Caller holds r.mu.
-func (r *Record) askGate() {
-	if r.gate != nil {
-		r.gate.w.Store(gateAsk)
-	}
-}
+func (r *Record) askGate() { r.setGate(gateAsk) }
 
 // publish writes r's admission summary to its gate. It is called after
 // every change of state, ramping, ntargets or removed, at a point where
 // they are consistent (readmit publishes once the ramp has started).
 // Caller holds r.mu.
 func (r *Record) publish() {
-	if r.gate == nil {
-		return
-	}
 	v := gateAsk
 	switch {
 	case r.removed || State(r.state.Load()) != Eligible:
@@ -86,5 +95,19 @@ func (r *Record) publish() {
 	case !r.ramping.Load() && r.ntargets.Load() == 0:
 		v = gateOpen
 	}
-	r.gate.w.Store(v)
+	r.setGate(v)
+}
+
+// setGate writes v to r's gate and, when the gate opens from shut or
+// shuts, moves r in or out of its roster, after the gate: a reader that
+// finds r in the roster reads a gate at least as new. Every write of a
+// bound gate goes through here, so roster membership and gate agree.
+// Caller holds r.mu.
+func (r *Record) setGate(v uint32) {
+	if r.gate == nil {
+		return
+	}
+	if old := r.gate.w.Swap(v); (old == gateShut) != (v == gateShut) && r.roster != nil {
+		r.roster.set(r.member, v != gateShut)
+	}
 }

@@ -34,7 +34,9 @@ type Record struct {
 	name    string
 	dialer  Dialer
 	removed bool
-	gate    *Gate // where the admission summary is published (gate.go); nil: nowhere
+	gate    *Gate   // where the admission summary is published (gate.go); nil: nowhere
+	roster  *Roster // kept in step with gate (roster.go); nil: none
+	member  int     // r's index in roster
 	// configDisabled says the record is disabled by its config entry
 	// (disabled = true), not by an operator or permanent_after.
 	configDisabled bool
@@ -235,7 +237,7 @@ func (t *Tracker) SuccessTarget(r *Record, host string) {
 	if host == "" {
 		return
 	}
-	t.seen.note(host, r, now)
+	t.seen.note(host, r, now, t.settings().cfg.TargetRuleWindow/seenFreshDiv)
 	if r.ntargets.Load() > 0 {
 		t.forgetTarget(r, host, now)
 	}

@@ -3,11 +3,11 @@ package health
 import (
 	"errors"
 	"fmt"
-	"hash/maphash"
 	"maps"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -160,24 +160,41 @@ func (t *Tracker) targetRule(s *settings, r *Record, now time.Time, host string,
 	t.cool(s, r, now, UpstreamError, StageTargetConnect, detail, errors.New(detail), e)
 }
 
-// targetSeen remembers, per target host, the two records that most
-// recently reported SuccessTarget for it (distinct records), so "did
-// another record reach this host lately" is one lookup. It is sharded so
-// that SuccessTarget from many cores rarely contends.
+// targetSeen remembers, per target host, two records that recently
+// reported SuccessTarget for it (distinct records, the last one noted
+// first), so "did another record reach this host lately" is one lookup.
+//
+// SuccessTarget runs for most tunnels, often for the same host from every
+// core, so noting a success must not write shared memory in the common
+// case (issue 8): a host's pair is immutable, read without a lock, and
+// replaced (compare-and-swap) only when the success adds something the
+// rule could use. It adds nothing when the record is already in the pair
+// with a success less than fresh old (the rule's window / seenFreshDiv),
+// nor when the pair holds two other records that both succeeded less than
+// fresh ago (each answers for the other, whichever record later fails).
+// The pair's times then lag by less than fresh: the rule may see a
+// record's success expire that much early, never later than it should.
+// A host missing from the table (new, or dropped) is always added.
 type targetSeen struct {
-	seed   maphash.Seed
-	shards [seenShards]seenShard
+	m sync.Map // host -> *seenEntry
+
+	mu sync.Mutex
+	// mu guards the fields below.
+	ring []string // the hosts in m, oldest first from head once full
+	head int
 }
 
 const (
-	seenShards   = 32
-	seenPerShard = 512 // hosts per shard; an arbitrary one is evicted beyond
+	// seenMax bounds the hosts remembered; beyond, the one added longest
+	// ago is dropped (its next success adds it again).
+	seenMax = 16384
+	// seenFreshDiv sets seenFresh to the rule's window divided by it:
+	// under 60ms of the default 60s.
+	seenFreshDiv = 1024
 )
 
-type seenShard struct {
-	mu sync.Mutex
-	// mu guards the field below.
-	m map[string][2]seenBy
+type seenEntry struct {
+	by atomic.Pointer[[2]seenBy] // replaced whole, never modified
 }
 
 type seenBy struct {
@@ -185,40 +202,70 @@ type seenBy struct {
 	at  time.Time
 }
 
-func (s *targetSeen) init() {
-	s.seed = maphash.MakeSeed()
-	for i := range s.shards {
-		s.shards[i].m = map[string][2]seenBy{}
+func (s *targetSeen) init() { s.ring = make([]string, 0, 64) }
+
+// note records that r reached host at now; see targetSeen for when it
+// leaves the table as is.
+func (s *targetSeen) note(host string, r *Record, now time.Time, fresh time.Duration) {
+	v, ok := s.m.Load(host)
+	if !ok {
+		v = s.add(host)
 	}
-}
-
-func (s *targetSeen) shard(host string) *seenShard {
-	return &s.shards[maphash.String(s.seed, host)%seenShards]
-}
-
-func (s *targetSeen) note(host string, r *Record, now time.Time) {
-	sh := s.shard(host)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	e, ok := sh.m[host]
-	if !ok && len(sh.m) >= seenPerShard {
-		for h := range sh.m {
-			delete(sh.m, h)
-			break
+	e := v.(*seenEntry)
+	for {
+		old := e.by.Load()
+		var p [2]seenBy
+		if old != nil {
+			p = *old
+		}
+		in0, in1 := now.Sub(p[0].at) < fresh, now.Sub(p[1].at) < fresh
+		switch {
+		case p[0].rec == r && in0, p[1].rec == r && in1:
+			return // r is there, recently enough
+		case p[0].rec != nil && p[1].rec != nil && in0 && in1 && p[0].rec != p[1].rec:
+			return // two others, recently enough
+		}
+		// r first, then the most recent other (the pair is ordered: p[0]
+		// was written last, and the records are distinct).
+		keep := p[0]
+		if keep.rec == r {
+			keep = p[1]
+		}
+		if e.by.CompareAndSwap(old, &[2]seenBy{{rec: r, at: now}, keep}) {
+			return
 		}
 	}
-	if e[0].rec != r {
-		e[1] = e[0]
+}
+
+// add inserts an empty entry for host (or returns the one another caller
+// inserted first), dropping the oldest host beyond seenMax.
+func (s *targetSeen) add(host string) any {
+	v, loaded := s.m.LoadOrStore(host, &seenEntry{})
+	if loaded {
+		return v
 	}
-	e[0] = seenBy{rec: r, at: now}
-	sh.m[host] = e
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.ring) < seenMax {
+		s.ring = append(s.ring, host)
+		return v
+	}
+	s.m.Delete(s.ring[s.head])
+	s.ring[s.head] = host
+	s.head = (s.head + 1) % seenMax
+	return v
 }
 
 func (s *targetSeen) reachedByOther(host string, r *Record, now time.Time, win time.Duration) bool {
-	sh := s.shard(host)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	for _, b := range sh.m[host] {
+	v, ok := s.m.Load(host)
+	if !ok {
+		return false
+	}
+	p := v.(*seenEntry).by.Load()
+	if p == nil {
+		return false
+	}
+	for _, b := range p {
 		if b.rec != nil && b.rec != r && now.Sub(b.at) < win {
 			return true
 		}

@@ -230,3 +230,112 @@ func TestPolicyRefusal(t *testing.T) {
 		}
 	})
 }
+
+// TestTargetSeenSkipsKeepRule: successes that leave the "who reached this
+// host" table as is (the same record again, or a third one while two are
+// recent) never hide a host from the target-failure rule: it still sees
+// every success, at most seenFresh late, and never after the window or
+// after the host was dropped from the table.
+func TestTargetSeenSkipsKeepRule(t *testing.T) {
+	const win = 60 * time.Second
+	fresh := win / seenFreshDiv
+	tf := func(host string) *Failure {
+		return &Failure{Class: TargetUnreachable, Stage: StageTargetConnect, Target: host}
+	}
+	type recs struct{ bad, good, third *Record }
+	tests := []struct {
+		name string
+		run  func(tr *Tracker, clk interface{ Advance(time.Duration) }, r recs)
+		want State
+	}{
+		{"repeated successes keep refreshing", func(tr *Tracker, clk interface{ Advance(time.Duration) }, r recs) {
+			// Three minutes of successes every fresh/4: most are skipped,
+			// yet the table must not stay at the first one.
+			for range int(3 * time.Minute / (fresh / 4)) {
+				tr.SuccessTarget(r.good, "a.example")
+				tr.SuccessTarget(r.good, "b.example")
+				clk.Advance(fresh / 4)
+			}
+			tr.Fail(r.bad, tf("a.example"))
+			tr.Fail(r.bad, tf("b.example"))
+		}, Cooling},
+		{"just inside the window, less the lag", func(tr *Tracker, clk interface{ Advance(time.Duration) }, r recs) {
+			for range 8 {
+				tr.SuccessTarget(r.good, "a.example")
+				tr.SuccessTarget(r.good, "b.example")
+				clk.Advance(fresh / 4)
+			}
+			clk.Advance(win - fresh - fresh/4 - time.Nanosecond) // last success + win - fresh - 1ns
+			tr.Fail(r.bad, tf("a.example"))
+			tr.Fail(r.bad, tf("b.example"))
+		}, Cooling},
+		{"expired with the window", func(tr *Tracker, clk interface{ Advance(time.Duration) }, r recs) {
+			for range 8 {
+				tr.SuccessTarget(r.good, "a.example")
+				tr.SuccessTarget(r.good, "b.example")
+				clk.Advance(fresh / 4)
+			}
+			clk.Advance(win - fresh/4) // last success + win
+			tr.Fail(r.bad, tf("a.example"))
+			tr.Fail(r.bad, tf("b.example"))
+		}, Eligible},
+		{"a third record while two are recent", func(tr *Tracker, clk interface{ Advance(time.Duration) }, r recs) {
+			// bad and third fill a's pair; good's success is skipped. Later
+			// only good goes on reaching a: it must enter the pair.
+			tr.SuccessTarget(r.bad, "a.example")
+			tr.SuccessTarget(r.third, "a.example")
+			tr.SuccessTarget(r.good, "a.example")
+			clk.Advance(50 * time.Second)
+			tr.SuccessTarget(r.good, "a.example")
+			tr.SuccessTarget(r.good, "b.example")
+			clk.Advance(30 * time.Second) // bad's and third's successes expired
+			tr.Fail(r.bad, tf("a.example"))
+			tr.Fail(r.bad, tf("b.example"))
+		}, Cooling},
+		{"the failing record's own successes do not count", func(tr *Tracker, clk interface{ Advance(time.Duration) }, r recs) {
+			tr.SuccessTarget(r.good, "a.example")
+			tr.SuccessTarget(r.good, "b.example")
+			clk.Advance(win)
+			for range 10 {
+				tr.SuccessTarget(r.bad, "a.example")
+				tr.SuccessTarget(r.bad, "b.example")
+			}
+			tr.Fail(r.bad, tf("a.example"))
+			tr.Fail(r.bad, tf("b.example"))
+		}, Eligible},
+		{"a dropped host comes back at the next success", func(tr *Tracker, clk interface{ Advance(time.Duration) }, r recs) {
+			tr.SuccessTarget(r.good, "a.example")
+			for i := range seenMax {
+				tr.SuccessTarget(r.third, fmt.Sprint("h", i, ".example")) // drops a.example
+			}
+			tr.SuccessTarget(r.good, "a.example") // within fresh of the first: must not be skipped
+			tr.SuccessTarget(r.good, "b.example")
+			tr.Fail(r.bad, tf("a.example"))
+			tr.Fail(r.bad, tf("b.example"))
+		}, Cooling},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tr, clk := newFakeTracker(t, Config{StartEligible: true, TargetRuleWindow: win})
+			r := recs{tr.Add("bad", "bad", nil, false), tr.Add("good", "good", nil, false), tr.Add("third", "third", nil, false)}
+			tt.run(tr, clk, r)
+			if got := tr.Snapshot(r.bad).State; got != tt.want {
+				t.Fatalf("state = %v, want %v", got, tt.want)
+			}
+		})
+	}
+	t.Run("dropped host is forgotten", func(t *testing.T) {
+		tr, _ := newFakeTracker(t, Config{StartEligible: true, TargetRuleWindow: win})
+		good, other := tr.Add("good", "good", nil, false), tr.Add("other", "other", nil, false)
+		tr.SuccessTarget(good, "a.example")
+		for i := range seenMax {
+			tr.SuccessTarget(other, fmt.Sprint("h", i, ".example"))
+		}
+		if tr.seen.reachedByOther("a.example", other, tr.clock.Now(), win) {
+			t.Error("a.example still remembered beyond seenMax hosts")
+		}
+		if !tr.seen.reachedByOther(fmt.Sprint("h", seenMax-1, ".example"), good, tr.clock.Now(), win) {
+			t.Error("the newest host was dropped")
+		}
+	})
+}

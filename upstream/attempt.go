@@ -245,47 +245,61 @@ func (a *Attempts) noEligible() error {
 	return &NoEligibleError{Tags: a.req.Tags, Matching: n}
 }
 
-// admit is the filter every strategy consults (see admitter). Checks are
-// ordered so that nothing is spent on an endpoint that is then refused:
-// free checks first (state, attempts, tags), then the reversible
-// reservations (a max_conns slot, a rate token: undone on refusal), and
-// last the only irreversible one, the tracker's slow-start slot in
-// AdmitTarget, which is consumed only when it answers yes.
-func (a *Attempts) admit(h *hot) bool {
+// admit is the filter every strategy consults (see admitter), for
+// endpoint i of s. Checks are ordered so that nothing is spent on an
+// endpoint that is then refused: free checks first (state, attempts,
+// tags), then the reversible reservations (a max_conns slot, a rate token:
+// undone on refusal), and last the only irreversible one, the tracker's
+// slow-start slot in AdmitTarget, which is consumed only when it answers
+// yes. The gate answers without the health record, which is read only
+// when the gate asks.
+func (a *Attempts) admit(s *set, i int) bool {
 	p := a.p
-	if !p.tr.EligibleVia(&h.gate, h.rec) {
+	h := &s.hot[i]
+	open, known := h.gate.Known()
+	if known && !open {
+		return false
+	}
+	e, ld := s.eps[i], s.lds[i]
+	if !known && !p.tr.Eligible(e.rec) {
 		return false
 	}
 	for _, t := range a.tried {
-		if t.ld == h.ld { // same identity, even across a reload
+		if t.ld == ld { // same identity, even across a reload
 			return false
 		}
 	}
-	if len(a.req.Tags) > 0 && !h.e.HasTags(a.req.Tags) {
+	if len(a.req.Tags) > 0 && !e.HasTags(a.req.Tags) {
 		return false
 	}
 	share := p.share.Load() // fleet mode: this instance's share of the limits
 	// The Endpoint is read before the reservation's atomic add (a full
 	// fence on amd64), so that at 100,000 endpoints fetching it overlaps
-	// with fetching the load instead of following it.
-	limit := h.e.limit
-	if !reserve(h.ld, connShare(int64(h.maxConns), share)) {
+	// with fetching the load instead of following it (see hot). Rate
+	// shares a line with MaxConns and ld, which the release reads; the
+	// rate limiter, on the next line, is read only when there is a rate.
+	rate := e.Rate
+	if !reserve(ld, connShare(int64(h.maxConns), share)) {
 		return false // saturated: skipped, not failed, not cooled
+	}
+	var limit *rateLimiter
+	if rate > 0 { // limit is set exactly when Rate is
+		limit = e.limit
 	}
 	if limit != nil {
 		if ok, wait := limit.take(share); !ok {
-			h.ld.active.Add(-1)
+			ld.active.Add(-1)
 			if a.rateWait == 0 || wait < a.rateWait {
 				a.rateWait = wait
 			}
 			return false
 		}
 	}
-	if !p.tr.AdmitTargetVia(&h.gate, h.rec, a.host) {
+	if open, known = h.gate.Known(); known && !open || !known && !p.tr.AdmitTarget(e.rec, a.host) {
 		if limit != nil {
 			limit.refund(share)
 		}
-		h.ld.active.Add(-1)
+		ld.active.Add(-1)
 		return false
 	}
 	return true
@@ -358,7 +372,7 @@ func (p *Pool) pick(a *Attempts) *Endpoint {
 	s := p.set.Load()
 	if a.req.Session != "" {
 		if key := p.sessions.lookup(a.req.Session); key != "" {
-			if i, ok := s.byKey[key]; ok && a.admit(&s.hot[i]) {
+			if i, ok := s.byKey[key]; ok && a.admit(s, i) {
 				return s.eps[i]
 			}
 		}

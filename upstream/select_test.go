@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -73,6 +74,112 @@ func TestStrategyDistribution(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestStrategiesExactWhenMostAreOut: in a sampled pool whose eligible
+// endpoints are unevenly spread (so that walking on from a refused draw
+// would favour the one after the longest run of refused ones), random
+// stays uniform and weighted proportional over the eligible ones, and
+// least-conn still avoids a busy one; with most of the pool out (drawn
+// from the roster) and with some out (drawn from the whole set, the out
+// ones drawn again).
+func TestStrategiesExactWhenMostAreOut(t *testing.T) {
+	const picks = 6000
+	tests := []struct {
+		name     string
+		strategy string
+		eligible []int       // indexes of the eligible endpoints out of 100
+		weights  map[int]int // weight by index (default 1)
+		want     map[int]int // expected picks by index; others: never
+	}{
+		{"random, 3 of 100", "random", []int{0, 1, 50}, nil,
+			map[int]int{0: 2000, 1: 2000, 50: 2000}},
+		{"weighted, 3 of 100", "weighted", []int{0, 1, 50}, map[int]int{0: 1, 1: 2, 50: 3, 2: 100, 99: 100},
+			map[int]int{0: 1000, 1: 2000, 50: 3000}},
+		{"random, 60 of 100", "random", seq(0, 60), nil, nil},
+		{"weighted, 60 of 100", "weighted", seq(0, 60), nil, nil},
+		{"weighted, half in with little weight", "weighted", seq(0, 50), heavy(50, 100, 1000), nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			sp := make([]Spec, 100)
+			for i := range sp {
+				sp[i] = spec(fmt.Sprintf("e%03d", i), 10000+i)
+				sp[i].Weight = max(tc.weights[i], 1)
+			}
+			tp := newTestPool(t, PoolConfig{Strategy: tc.strategy, WaitForUpstream: time.Millisecond}, nil, sp...)
+			in := map[int]bool{}
+			for _, i := range tc.eligible {
+				in[i] = true
+			}
+			for i := range sp {
+				if !in[i] {
+					tp.disable(t, sp[i].Name)
+				}
+			}
+			want := tc.want
+			if want == nil { // uniform over the eligible ones
+				want = map[int]int{}
+				for _, i := range tc.eligible {
+					want[i] = picks / len(tc.eligible)
+				}
+			}
+			got := tp.counts(t, picks)
+			for i := range sp {
+				g, w := got[sp[i].Name], want[i]
+				if w == 0 && g != 0 {
+					t.Errorf("%s picked %d times, want never", sp[i].Name, g)
+				}
+				// Binomial sd is below √w: allow 5 sd (±50% for 100,
+				// which a walk's extra 2.6% of all picks to e000, from
+				// the 40 out after it, exceeds).
+				tol := 5 / math.Sqrt(float64(w))
+				if w > 0 && !within(g, w, tol) {
+					t.Errorf("%s: %d picks, want %d ±%.0f%%", sp[i].Name, g, w, tol*100)
+				}
+			}
+		})
+	}
+	t.Run("least-conn avoids the busy one, 3 of 100", func(t *testing.T) {
+		tp := newTestPool(t, PoolConfig{Strategy: "least-conn", WaitForUpstream: time.Millisecond}, nil, specs(namesN(100)...)...)
+		for i, n := range namesN(100) {
+			if i != 0 && i != 1 && i != 50 {
+				tp.disable(t, n)
+			}
+		}
+		defer tp.hold(t, "e000", 10)()
+		got := tp.counts(t, picks)
+		// A busy pick needs both draws on it: 1/9 of picks (667, sd 24;
+		// random would give 2000).
+		if got["e000"] > picks/6 {
+			t.Errorf("busy e000 picked %d of %d times (%v)", got["e000"], picks, got)
+		}
+	})
+}
+
+func seq(from, to int) []int {
+	out := make([]int, 0, to-from)
+	for i := from; i < to; i++ {
+		out = append(out, i)
+	}
+	return out
+}
+
+// heavy returns weight w for the indexes in [from, to).
+func heavy(from, to, w int) map[int]int {
+	m := map[int]int{}
+	for _, i := range seq(from, to) {
+		m[i] = w
+	}
+	return m
+}
+
+func namesN(n int) []string {
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("e%03d", i)
+	}
+	return names
 }
 
 // hold leases n tunnels on the endpoint named name (by picking with the
@@ -259,10 +366,101 @@ func TestAliasTableExact(t *testing.T) {
 	}
 }
 
-// TestHotEntrySize pins the pick path's dense entry to half a cache line.
+// TestWeightedDrawExact checks the weighted draw exactly: over every value
+// of its random number, each endpoint is drawn (and accepted) in
+// proportion to its weight, with one weight per class and with weights
+// grouped by power of two; endpoints out of the roster get nothing and the
+// others keep their proportions.
+func TestWeightedDrawExact(t *testing.T) {
+	many := make([]int, 40) // more than maxExactClasses distinct weights
+	for i := range many {
+		many[i] = 1 + i*7%53
+	}
+	tests := []struct {
+		name    string
+		weights []int
+		out     []int // indexes cooled (out of the roster)
+	}{
+		{"one", []int{1}, nil},
+		{"two", []int{1, 3}, nil},
+		{"three", []int{1, 2, 5}, nil},
+		{"skewed", []int{7, 1, 1, 1, 1, 1, 1, 1, 100}, nil},
+		{"zero is one", []int{0, 2}, nil},
+		{"some out", []int{1, 2, 3, 4, 5, 6}, []int{1, 4}},
+		{"mixed classes", many, nil},
+		{"mixed classes, some out", many, []int{0, 3, 5, 17, 39}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tr := health.NewTracker(health.Config{StartEligible: true, Cooldown: health.CooldownConfig{Jitter: -1}}, nil, zerolog.Nop())
+			eps := make([]*Endpoint, len(tc.weights))
+			for i, w := range tc.weights {
+				eps[i] = &Endpoint{Weight: w, ld: &load{}, rec: tr.Add(fmt.Sprint(i), fmt.Sprint(i), nil, false)}
+			}
+			s := newSet(eps)
+			s.bind(tr)
+			out := map[int]bool{}
+			for _, i := range tc.out {
+				out[i] = true
+				tr.Disable(eps[i].rec, "test")
+			}
+			if got, want := s.ro.In(), len(eps)-len(out); got != want {
+				t.Fatalf("roster holds %d, want %d", got, want)
+			}
+			var cnt [maxClasses]int64
+			var total int64
+			for k, c := range s.wcls {
+				cnt[k] = int64(s.ro.Len(k))
+				total += cnt[k] * c.cap
+			}
+			got := make([]int64, len(eps))
+			for r := range total {
+				if i := s.weightedAt(r, &cnt); i >= 0 {
+					got[i]++
+				}
+			}
+			// got[i] must be weight(i) times one common factor.
+			var unit int64
+			for i, e := range eps {
+				if out[i] {
+					if got[i] != 0 {
+						t.Errorf("cooled endpoint %d drawn %d times", i, got[i])
+					}
+					continue
+				}
+				w := weight(e)
+				if unit == 0 {
+					unit = got[i] / w
+				}
+				if unit == 0 || got[i] != unit*w {
+					t.Errorf("endpoint %d (weight %d) drawn %d times in %d, want %d", i, w, got[i], total, unit*w)
+				}
+			}
+		})
+	}
+}
+
+func TestRand2Range(t *testing.T) {
+	for _, n := range []int{1, 2, 3, 1000, 100_003} {
+		seen := map[int]bool{}
+		for range 2000 {
+			i, j := rand2(n)
+			if i < 0 || i >= n || j < 0 || j >= n {
+				t.Fatalf("rand2(%d) = %d, %d", n, i, j)
+			}
+			seen[i], seen[j] = true, true
+		}
+		if n <= 3 && len(seen) != n {
+			t.Errorf("rand2(%d) drew only %v", n, seen)
+		}
+	}
+}
+
+// TestHotEntrySize pins the pick path's dense entry to a quarter of a
+// cache line.
 func TestHotEntrySize(t *testing.T) {
-	if n := unsafe.Sizeof(hot{}); n != 32 {
-		t.Errorf("hot is %d bytes, want 32", n)
+	if n := unsafe.Sizeof(hot{}); n != 16 {
+		t.Errorf("hot is %d bytes, want 16", n)
 	}
 }
 
