@@ -106,19 +106,9 @@ func (l *headLimit) Read(p []byte) (int, error) {
 func (s *Server) acceptHTTP(ln net.Listener) {
 	defer s.wg.Done()
 	for {
-		c, err := ln.Accept()
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return
-			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				time.Sleep(10 * time.Millisecond) // EMFILE and friends: back off, don't spin
-				continue
-			}
-			s.log.Error().Err(err).Msg("http accept failed")
-			time.Sleep(50 * time.Millisecond)
-			continue
+		c, ok := s.accept(ln, "http")
+		if !ok {
+			return
 		}
 		release, ok := s.limits.acquire("http", c)
 		if !ok {

@@ -38,19 +38,9 @@ func (s *Server) acceptSOCKS(ln net.Listener) {
 	var conns sync.WaitGroup
 	defer conns.Wait()
 	for {
-		c, err := ln.Accept()
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return
-			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				time.Sleep(10 * time.Millisecond) // EMFILE and friends: back off, don't spin
-				continue
-			}
-			s.log.Error().Err(err).Msg("socks5 accept failed")
-			time.Sleep(50 * time.Millisecond)
-			continue
+		c, ok := s.accept(ln, "socks5")
+		if !ok {
+			return
 		}
 		release, ok := s.limits.acquire("socks5", c)
 		if !ok {
@@ -69,6 +59,27 @@ func (s *Server) acceptSOCKS(ln net.Listener) {
 			defer conns.Done()
 			s.serveSOCKS(c, release)
 		}()
+	}
+}
+
+// accept returns the front's next connection, backing off on temporary
+// errors (EMFILE and friends) instead of spinning; false once ln is closed.
+func (s *Server) accept(ln net.Listener, front string) (net.Conn, bool) {
+	for {
+		c, err := ln.Accept()
+		if err == nil {
+			return c, true
+		}
+		if errors.Is(err, net.ErrClosed) {
+			return nil, false
+		}
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		s.log.Error().Err(err).Str("listener", front).Msg("accept failed")
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 
