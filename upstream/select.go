@@ -427,26 +427,13 @@ func (r *roundRobin) pick(s *set, a admitter) *Endpoint {
 type randomPick struct{}
 
 func (randomPick) pick(s *set, a admitter) *Endpoint {
-	n := len(s.eps)
-	if n == 0 {
-		return nil
-	}
-	for draws, refused := 0, 0; draws < maxDraws && refused < randomDraws; draws++ {
-		var i int
-		if in := s.ro.In(); in == n || draws < directDraws && 2*in >= n {
-			i = rand.IntN(n) // all in (the roster would be a permutation), or direct
-		} else if i = s.rosterDraw(in); i == drawEmpty {
-			break
+	return drawPick(s, a, func(draws int) int {
+		n, in := len(s.eps), s.ro.In()
+		if in == n || draws < directDraws && 2*in >= n {
+			return rand.IntN(n) // all in (the roster would be a permutation), or direct
 		}
-		if i == drawRejected || s.hot[i].gate.Shut() {
-			continue
-		}
-		if a.admit(s, i) {
-			return s.eps[i]
-		}
-		refused++
-	}
-	return walk(s, rand.IntN(n), a)
+		return s.rosterDraw(in)
+	})
 }
 
 // weighted draws with probability proportional to Weight among the
@@ -454,12 +441,20 @@ func (randomPick) pick(s *set, a admitter) *Endpoint {
 type weighted struct{}
 
 func (weighted) pick(s *set, a admitter) *Endpoint {
+	return drawPick(s, a, func(draws int) int { return s.weightedDraw(draws < directDraws) })
+}
+
+// drawPick admits the first of up to maxDraws draws (draw is given the
+// number of draws so far) that is not shut and admits, giving up after
+// randomDraws refusals or when draw finds nothing in (drawEmpty); then it
+// walks from a random place.
+func drawPick(s *set, a admitter, draw func(draws int) int) *Endpoint {
 	n := len(s.eps)
 	if n == 0 {
 		return nil
 	}
 	for draws, refused := 0, 0; draws < maxDraws && refused < randomDraws; draws++ {
-		i := s.weightedDraw(draws < directDraws)
+		i := draw(draws)
 		if i == drawEmpty {
 			break
 		}
