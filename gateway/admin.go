@@ -23,6 +23,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 	"unicode"
@@ -169,8 +170,18 @@ func (s *Server) withEndpoint(h func(http.ResponseWriter, *http.Request, *upstre
 	}
 }
 
+// serveList answers GET /api/upstreams: every record, or those the query
+// selects (admin_list.go); X-Total-Count says how many matched before
+// offset and limit.
 func (s *Server) serveList(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, s.records())
+	q, err := parseListQuery(r.URL.Query())
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	l := s.listRecords(q)
+	w.Header().Set("X-Total-Count", strconv.Itoa(l.matched))
+	writeJSON(w, http.StatusOK, l.page)
 }
 
 func (s *Server) serveOne(w http.ResponseWriter, r *http.Request, e *upstream.Endpoint) {
@@ -350,16 +361,6 @@ type probesJSON struct {
 	OK     uint64  `json:"ok"`
 	Failed uint64  `json:"failed"`
 	Last   *string `json:"last"`
-}
-
-// records returns every endpoint's record, in pool order.
-func (s *Server) records() []upstreamJSON {
-	eps := s.pool.Endpoints()
-	out := make([]upstreamJSON, 0, len(eps))
-	for _, e := range eps {
-		out = append(out, s.record(e))
-	}
-	return out
 }
 
 // record renders e's health snapshot for the API.

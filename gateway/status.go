@@ -21,6 +21,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/rotor-proxy/rotor/health"
@@ -56,12 +57,20 @@ var statusTemplate = template.Must(template.New("status").Funcs(template.FuncMap
 	},
 }).Parse(statusHTML))
 
+// statusPageRows is how many records the status page shows at once (the
+// first ones in pool order that its state card and search select); the
+// totals cover every record.
+const statusPageRows = 500
+
 // statusPage is the template's data.
 type statusPage struct {
 	statusJSON
 	now    time.Time
 	Nonce  string
 	States []stateCard
+	Limit  int
+	State  string // the state card selected, "" for all
+	Search string // the search box's text
 }
 
 // stateCard is one totals card.
@@ -74,10 +83,42 @@ type stateCard struct {
 // Left formats the time until t (RFC 3339) from the render time.
 func (p statusPage) Left(t *string) string { return timeLeft(p.now, t) }
 
+// More says how many selected records the page leaves out, "" when none.
+func (p statusPage) More() string {
+	if p.Matched <= len(p.Upstreams) {
+		return ""
+	}
+	return moreText(len(p.Upstreams), p.Matched)
+}
+
+// moreText is the server-side twin of the page script's note.
+func moreText(shown, matched int) string {
+	return "Showing the first " + strconv.Itoa(shown) + " of " + strconv.Itoa(matched) +
+		" upstreams: pick a state above or search to narrow the list."
+}
+
+// serveStatus renders the status page. /?state=cooling&q=dc selects what
+// it lists (the page keeps its address in step with the cards and the
+// search box, so a view can be bookmarked); a parameter it cannot use is
+// ignored rather than refused, since a person typed it.
 func (s *Server) serveStatus(w http.ResponseWriter, r *http.Request) {
-	st := s.status()
+	v := r.URL.Query()
+	var q listQuery
+	if want := v.Get("state"); want != "" {
+		var st health.State
+		if st.UnmarshalText([]byte(want)) == nil {
+			q.states = []health.State{st}
+		}
+	}
+	search := strings.TrimSpace(v.Get("q"))
+	q.text = strings.ToLower(search)
+	q.limit = statusPageRows
+	st := s.status(q)
 	nonce := newNonce()
-	p := statusPage{statusJSON: st, now: s.clock.Now(), Nonce: nonce}
+	p := statusPage{statusJSON: st, now: s.clock.Now(), Nonce: nonce, Limit: statusPageRows, Search: search}
+	if len(q.states) == 1 {
+		p.State = q.states[0].String()
+	}
 	for _, x := range []struct{ state, label string }{
 		{"eligible", "Eligible"}, {"cooling", "Cooling"}, {"probe_allowed", "Probe allowed"}, {"disabled", "Disabled"},
 	} {
@@ -171,33 +212,37 @@ func failureList(m map[string]uint64) string {
 }
 
 // statusJSON is GET /api/status: totals and records in one answer, for the
-// status page's refresh.
+// status page's refresh. States counts every record; Upstreams holds the
+// page the query selected (all of them without parameters), Matched how
+// many it selected before paging, Total how many the pool has.
 type statusJSON struct {
 	Now       string         `json:"now"`
 	States    map[string]int `json:"states"`
 	Waiting   int64          `json:"waiting"`
 	Tunnels   int            `json:"tunnels"`
+	Total     int            `json:"total"`
+	Matched   int            `json:"matched"`
 	Upstreams []upstreamJSON `json:"upstreams"`
 }
 
-func (s *Server) status() statusJSON {
-	ups := s.records()
-	st := statusJSON{
+func (s *Server) status(q listQuery) statusJSON {
+	l := s.listRecords(q)
+	return statusJSON{
 		Now:       s.clock.Now().UTC().Format(time.RFC3339Nano),
-		States:    map[string]int{},
+		States:    l.states,
 		Waiting:   s.pool.Waiting(),
 		Tunnels:   s.tunnels.count(),
-		Upstreams: ups,
+		Total:     l.total,
+		Matched:   l.matched,
+		Upstreams: l.page,
 	}
-	for _, state := range health.AllStates() {
-		st.States[state.String()] = 0
-	}
-	for _, u := range ups {
-		st.States[u.State]++
-	}
-	return st
 }
 
 func (s *Server) serveAPIStatus(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, s.status())
+	q, err := parseListQuery(r.URL.Query())
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, s.status(q))
 }

@@ -74,6 +74,16 @@ func (t *Tracker) Snapshot(r *Record) Snapshot {
 	return r.snapshot(now, t.settings().cfg.SlowStart)
 }
 
+// Status returns r's effective state and the class of its last failure
+// without copying the record: the admin API filters a large pool with it
+// before rendering only the records it returns.
+func (t *Tracker) Status(r *Record) (State, Class) {
+	now := t.clock.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.effectiveState(now), r.reason
+}
+
 // Export returns a snapshot of every record, sorted by key, for the state
 // file and the admin API.
 func (t *Tracker) Export() []Snapshot {

@@ -81,6 +81,16 @@ func ParseClass(s string) (Class, bool) {
 	return ClassNone, false
 }
 
+// AllClasses lists every class a record's last failure can have (all but
+// ClassNone), in declaration order.
+func AllClasses() []Class {
+	out := make([]Class, 0, numClasses-1)
+	for c := ClassNone + 1; c < numClasses; c++ {
+		out = append(out, c)
+	}
+	return out
+}
+
 // IsTargetFailure reports whether the class blames the target rather than
 // the upstream that carried the attempt.
 func (c Class) IsTargetFailure() bool { return c == TargetUnreachable || c == TargetTimeout }

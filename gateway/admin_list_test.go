@@ -1,0 +1,224 @@
+package gateway
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// listConfig is a pool of 30 upstreams: "up-00" .. "up-29", tagged "even"
+// or "odd", and every third also "dc".
+func listConfig(t *testing.T) string {
+	t.Helper()
+	var b strings.Builder
+	b.WriteString(strings.Replace(adminConfig, "[[upstream]]", "[[upstream_file]]\npath = \"list.txt\"\nscheme = \"socks5\"\n\n[[upstream]]", 1))
+	for i := range 30 {
+		tags := `"odd"`
+		if i%2 == 0 {
+			tags = `"even"`
+		}
+		if i%3 == 0 {
+			tags += `, "dc"`
+		}
+		fmt.Fprintf(&b, "\n[[upstream]]\nurl = \"socks5://127.0.0.1:%d\"\nname = \"up-%02d\"\ntags = [%s]\n", 10000+i, i, tags)
+	}
+	// A list file too, for records whose name is their address.
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "list.txt"), []byte("127.0.0.9:1111:seller:"+canary+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(dir)
+	return b.String()
+}
+
+func listNames(t *testing.T, body string) []string {
+	t.Helper()
+	var recs []upstreamJSON
+	if err := json.Unmarshal([]byte(body), &recs); err != nil {
+		t.Fatalf("decode %q: %v", body, err)
+	}
+	out := make([]string, 0, len(recs))
+	for _, r := range recs {
+		out = append(out, r.Name)
+	}
+	return out
+}
+
+func TestAdminListFilterAndPage(t *testing.T) {
+	f := newAdminFixture(t, listConfig(t), fixedClock())
+	// up-03 and up-04 cool (refused, timeout), up-05 is disabled.
+	f.do(t, "POST", "/api/upstreams/up-03/report", `{"class":"refused"}`)
+	f.do(t, "POST", "/api/upstreams/up-04/report", `{"class":"timeout"}`)
+	f.do(t, "POST", "/api/upstreams/up-05/disable", "")
+
+	code, hdr, body := f.do(t, "GET", "/api/upstreams", "")
+	if code != http.StatusOK || len(listNames(t, body)) != 33 || hdr.Get("X-Total-Count") != "33" {
+		t.Fatalf("no parameters: %d, %d records, X-Total-Count %q; want every record (33)", code, len(listNames(t, body)), hdr.Get("X-Total-Count"))
+	}
+
+	tests := []struct {
+		query string
+		want  []string
+		total int // X-Total-Count; -1: len(want)
+	}{
+		{"state=cooling", []string{"up-03", "up-04"}, -1},
+		{"state=cooling,disabled", []string{"up-03", "up-04", "up-05"}, -1},
+		{"state=cooling&state=disabled", []string{"up-03", "up-04", "up-05"}, -1},
+		{"state=disabled&reason=operator", []string{"up-05"}, -1},
+		{"reason=timeout", []string{"up-04"}, -1},
+		{"state=eligible&tag=dc&tag=odd", []string{"up-09", "up-15", "up-21", "up-27"}, -1},
+		{"tag=dc,odd&limit=2", []string{"up-03", "up-09"}, 5},
+		{"tag=dc,odd&offset=4&limit=2", []string{"up-27"}, 5},
+		{"tag=dc,odd&offset=9", []string{}, 5},
+		{"q=UP-1", []string{"up-10", "up-11", "up-12", "up-13", "up-14", "up-15", "up-16", "up-17", "up-18", "up-19"}, -1},
+		{"q=127.0.0.1:10021", []string{"up-21"}, -1},     // the URL matches too
+		{"q=seller", []string{"127.0.0.9:1111"}, -1},     // the user name is in the redacted URL
+		{"q=" + url.QueryEscape(canary), []string{}, -1}, // the password is not
+		{"state=probe_allowed", []string{}, -1},
+		{"limit=0", nil, 33}, // 0: no limit
+	}
+	for _, tt := range tests {
+		code, hdr, body := f.do(t, "GET", "/api/upstreams?"+tt.query, "")
+		if code != http.StatusOK {
+			t.Errorf("?%s: %d %s", tt.query, code, body)
+			continue
+		}
+		got := listNames(t, body)
+		if tt.want != nil && !slices.Equal(got, tt.want) {
+			t.Errorf("?%s: %v, want %v", tt.query, got, tt.want)
+		}
+		total := tt.total
+		if total < 0 {
+			total = len(tt.want)
+		}
+		if hdr.Get("X-Total-Count") != fmt.Sprint(total) {
+			t.Errorf("?%s: X-Total-Count %q, want %d", tt.query, hdr.Get("X-Total-Count"), total)
+		}
+	}
+
+	// /api/status: the same selection, totals over the whole pool.
+	code, _, body = f.do(t, "GET", "/api/status?state=cooling&limit=1", "")
+	var st statusJSON
+	if err := json.Unmarshal([]byte(body), &st); err != nil || code != http.StatusOK {
+		t.Fatalf("/api/status: %d %v %s", code, err, body)
+	}
+	if st.Total != 33 || st.Matched != 2 || len(st.Upstreams) != 1 || st.Upstreams[0].Name != "up-03" {
+		t.Errorf("/api/status?state=cooling&limit=1: total %d matched %d page %d; want 33, 2, [up-03]", st.Total, st.Matched, len(st.Upstreams))
+	}
+	if st.States["cooling"] != 2 || st.States["disabled"] != 1 || st.States["eligible"] != 30 {
+		t.Errorf("/api/status states %v: want every record counted (cooling 2, disabled 1, eligible 30)", st.States)
+	}
+}
+
+func TestAdminListBadParameters(t *testing.T) {
+	f := newAdminFixture(t, adminConfig, fixedClock())
+	for _, tt := range []struct{ query, want string }{
+		{"state=dead", `state: unknown state \"dead\"`},
+		{"reason=broken", `reason: unknown class \"broken\"`},
+		{"reason=none", `reason: unknown class \"none\"`},
+		{"limit=-1", `limit: want a whole number`},
+		{"offset=ten", `offset: want a whole number`},
+		{"sate=cooling", `unknown parameter \"sate\"`},
+		{"state=%1b%5b31m", `unknown state \" [31m\"`}, // control bytes are not echoed
+	} {
+		for _, path := range []string{"/api/upstreams", "/api/status"} {
+			code, _, body := f.do(t, "GET", path+"?"+tt.query, "")
+			if code != http.StatusBadRequest || !strings.Contains(body, tt.want) {
+				t.Errorf("%s?%s: %d %s; want 400 with %s", path, tt.query, code, body, tt.want)
+			}
+		}
+	}
+}
+
+// TestStatusPageLargePool: the page lists statusPageRows records, says how
+// many it leaves out, and selects by ?state= and ?q=.
+func TestStatusPageLargePool(t *testing.T) {
+	var b strings.Builder
+	b.WriteString(adminConfig)
+	for i := range statusPageRows + 100 {
+		fmt.Fprintf(&b, "\n[[upstream]]\nurl = \"socks5://127.0.%d.%d:1080\"\nname = \"bulk-%04d\"\n", i/250, i%250+1, i)
+	}
+	f := newAdminFixture(t, b.String(), fixedClock())
+	f.do(t, "POST", "/api/upstreams/bulk-0550/disable", "")
+	rowRE := regexp.MustCompile(`<details class="up" data-name="([^"]+)"`)
+
+	_, _, body := f.do(t, "GET", "/", "")
+	if n := len(rowRE.FindAllString(body, -1)); n != statusPageRows {
+		t.Errorf("page lists %d rows, want %d", n, statusPageRows)
+	}
+	if want := moreText(statusPageRows, statusPageRows+102); !strings.Contains(body, `<div class="note" id="more">`+want+`</div>`) {
+		t.Errorf("page does not say %q", want)
+	}
+	if !regexp.MustCompile(`class="card disabled" data-state="disabled" aria-pressed="false"[^>]*><b>1</b>`).MatchString(body) {
+		t.Errorf("the disabled card does not count the whole pool")
+	}
+
+	_, _, body = f.do(t, "GET", "/?state=disabled", "")
+	if rows := rowRE.FindAllStringSubmatch(body, -1); len(rows) != 1 || rows[0][1] != "bulk-0550" {
+		t.Errorf("/?state=disabled lists %v, want [bulk-0550]", rows)
+	}
+	if !regexp.MustCompile(`data-state="disabled" aria-pressed="true"`).MatchString(body) ||
+		!strings.Contains(body, `<div class="note" id="more" hidden></div>`) {
+		t.Errorf("/?state=disabled: card not pressed or note shown")
+	}
+
+	_, _, body = f.do(t, "GET", "/?q=BULK-059", "")
+	if rows := rowRE.FindAllString(body, -1); len(rows) != 10 || !strings.Contains(body, `value="BULK-059"`) {
+		t.Errorf("/?q=BULK-059 lists %d rows (want 10) or lost the search text", len(rows))
+	}
+	_, _, body = f.do(t, "GET", "/?q=nothing-like-this", "")
+	if !strings.Contains(body, `<div class="empty">No upstream matches.</div>`) {
+		t.Errorf("an empty selection does not say so")
+	}
+	// A state the page cannot use is ignored (a person typed it).
+	if code, _, body := f.do(t, "GET", "/?state=bogus", ""); code != http.StatusOK || len(rowRE.FindAllString(body, -1)) != statusPageRows {
+		t.Errorf("/?state=bogus: %d", code)
+	}
+}
+
+// TestStatusPageLargePoolInBrowser runs the page's script on a pool larger
+// than one page: its refresh keeps the selection of the address (?state=),
+// a link to an upstream beyond the first page (/#name) finds it through
+// the search, and the note says how many are left out. Opt-in like
+// TestStatusPageInBrowser (ROTOR_BROWSER=1).
+func TestStatusPageLargePoolInBrowser(t *testing.T) {
+	chromium := browserOrSkip(t)
+	var b strings.Builder
+	b.WriteString(adminConfig)
+	for i := range statusPageRows + 100 {
+		fmt.Fprintf(&b, "\n[[upstream]]\nurl = \"socks5://127.0.%d.%d:1080\"\nname = \"bulk-%04d\"\n", i/250, i%250+1, i)
+	}
+	srv := startAdminServer(t, b.String())
+	srv.tr.Disable(srv.pool.Lookup("bulk-0550").Record(), "test")
+	base := "http://" + srv.Addr("admin")
+	rowRE := regexp.MustCompile(`<details class="up" data-name="([^"]+)"[^>]*>`)
+	refreshed := regexp.MustCompile(`<body[^>]* data-refreshed="[1-9]`)
+
+	dom := dumpDOM(t, chromium, base+"/?state=disabled")
+	if rows := rowRE.FindAllStringSubmatch(dom, -1); !refreshed.MatchString(dom) || len(rows) != 1 || rows[0][1] != "bulk-0550" {
+		t.Errorf("/?state=disabled after the script's refresh: %d rows, want bulk-0550 only", len(rows))
+	}
+
+	dom = dumpDOM(t, chromium, base+"/#bulk-0599")
+	rows := rowRE.FindAllStringSubmatch(dom, -1)
+	if !refreshed.MatchString(dom) || len(rows) != 1 || rows[0][1] != "bulk-0599" || !strings.Contains(rows[0][0], " open") {
+		first := ""
+		if len(rows) > 0 {
+			first = rows[0][0]
+		}
+		t.Errorf("/#bulk-0599 after the refresh: %d rows, the first %s; want bulk-0599 alone, open", len(rows), first)
+	}
+
+	dom = dumpDOM(t, chromium, base+"/")
+	if n := len(rowRE.FindAllString(dom, -1)); !refreshed.MatchString(dom) || n != statusPageRows ||
+		!strings.Contains(dom, `<div class="note" id="more">`+moreText(statusPageRows, statusPageRows+102)+`</div>`) {
+		t.Errorf("/ after the refresh: %d rows or no note saying how many are left out", n)
+	}
+}
