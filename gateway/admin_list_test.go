@@ -222,3 +222,49 @@ func TestStatusPageLargePoolInBrowser(t *testing.T) {
 		t.Errorf("/ after the refresh: %d rows or no note saying how many are left out", n)
 	}
 }
+
+// TestProbeBacklogWarning: new upstreams that will wait over a minute for
+// their first probe (count / probe.rate) are warned about once per apply,
+// with the way out; a pool admitted unprobed, or probed fast enough, is not.
+func TestProbeBacklogWarning(t *testing.T) {
+	// pool lists n upstreams, the last `disabled` of them disabled.
+	pool := func(n, disabled int) string {
+		var b strings.Builder
+		for i := range n {
+			fmt.Fprintf(&b, "\n[[upstream]]\nurl = \"socks5://127.0.%d.%d:1080\"\n", i/250, i%250+1)
+			if i >= n-disabled {
+				b.WriteString("disabled = true\n")
+			}
+		}
+		return b.String()
+	}
+	base := "[listen]\nsocks5 = \"127.0.0.1:0\"\n"
+	tests := []struct {
+		name, text string
+		warn       string // "" for no warning
+	}{
+		{"700 at the default 10/s", base + pool(700, 0), `"upstreams":700,"probe_rate":10,"at_least":"1m10s"`},
+		{"500 at the default 10/s", base + pool(500, 0), ""},
+		{"700 at 50/s", base + "[probe]\nrate = 50\n" + pool(700, 0), ""},
+		{"700 admitted unprobed", base + "[pool]\nstart_eligible = true\n" + pool(700, 0), ""},
+		{"700, 200 of them disabled", base + pool(700, 200), ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, logs := newGateway(t, "rotor.toml", tt.text)
+			var warns []string
+			for _, line := range strings.Split(logs.String(), "\n") {
+				if strings.Contains(line, "first probe") {
+					warns = append(warns, line)
+				}
+			}
+			switch {
+			case tt.warn == "" && len(warns) > 0:
+				t.Errorf("unexpected warning %s", warns[0])
+			case tt.warn != "" && (len(warns) != 1 || !strings.Contains(warns[0], tt.warn) ||
+				!strings.Contains(warns[0], `"level":"warn"`) || !strings.Contains(warns[0], "pool.start_eligible")):
+				t.Errorf("warnings %q, want one with %s", warns, tt.warn)
+			}
+		})
+	}
+}

@@ -136,7 +136,8 @@ func (s *Server) apply(cfg *Config) error {
 	if err != nil {
 		return err
 	}
-	_ = added // the tracker logs each new record with its initial state
+	// The tracker logs each new record with its initial state.
+	s.warnProbeBacklog(cfg, added)
 	s.pruneTransports()
 	for _, n := range removed {
 		s.log.Info().Str("upstream", n).Str("class", "operator").Msg("upstream removed from config")
@@ -144,6 +145,40 @@ func (s *Server) apply(cfg *Config) error {
 	s.auth.Store(newAuthenticator(cfg.Clients))
 	s.cfg.Store(cfg)
 	return nil
+}
+
+// probeBacklogWarn is how long new upstreams may wait for their first
+// probe before apply warns about it.
+const probeBacklogWarn = time.Minute
+
+// warnProbeBacklog tells the operator when new upstreams will be slow to
+// serve: each waits for a first probe, and probes start at most probe.rate
+// per second, so a seller list of thousands is admitted over many minutes
+// (its first upstreams serve within a second). A warning, since the pool's
+// capacity is far below what the file suggests until then.
+func (s *Server) warnProbeBacklog(cfg *Config, added []string) {
+	if cfg.Pool.StartEligible {
+		return
+	}
+	waiting := 0
+	for _, n := range added {
+		if e := s.pool.Lookup(n); e != nil {
+			if st, _ := s.tr.Status(e.Record()); st == health.ProbeAllowed {
+				waiting++
+			}
+		}
+	}
+	rate := cfg.Probe.Rate
+	if rate <= 0 {
+		rate = health.DefaultProbeRate
+	}
+	eta := time.Duration(float64(waiting) / rate * float64(time.Second)).Round(time.Second)
+	if eta < probeBacklogWarn {
+		return
+	}
+	s.log.Warn().Int("upstreams", waiting).Float64("probe_rate", rate).Str("at_least", eta.String()).
+		Msg("new upstreams serve only after a first probe, started at most probe.rate per second: " +
+			"raise probe.rate and probe.max_concurrent, or set pool.start_eligible = true to admit them unprobed")
 }
 
 // Pool returns the server's pool.
