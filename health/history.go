@@ -1,20 +1,24 @@
 package health
 
-// history is a bounded ring of transitions, oldest first on read.
+// history is a bounded ring of transitions, oldest first on read. It grows
+// on demand up to its bound: in a pool of 100,000 upstreams most records
+// see a handful of transitions, and a ring allocated whole up front was
+// half of the pool's memory (2.2 KiB a record).
 type history struct {
 	buf   []Transition
+	max   int // bound on len(buf)
 	start int // index of the oldest entry once the ring is full
 	full  bool
 }
 
-func (h *history) init(n int) { h.buf = make([]Transition, 0, n) }
+func (h *history) init(n int) { h.max = n }
 
 func (h *history) add(tr Transition) {
-	if len(h.buf) < cap(h.buf) {
+	if len(h.buf) < h.max {
 		h.buf = append(h.buf, tr)
 		return
 	}
-	if cap(h.buf) == 0 {
+	if h.max == 0 {
 		return
 	}
 	h.buf[h.start] = tr
@@ -32,9 +36,8 @@ func (h *history) list() []Transition {
 // replace sets the content to trs (oldest first), keeping the newest that
 // fit.
 func (h *history) replace(trs []Transition) {
-	n := cap(h.buf)
-	if len(trs) > n {
-		trs = trs[len(trs)-n:]
+	if len(trs) > h.max {
+		trs = trs[len(trs)-h.max:]
 	}
 	h.buf = append(h.buf[:0], trs...)
 	h.start, h.full = 0, false

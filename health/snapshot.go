@@ -126,12 +126,14 @@ func (r *Record) snapshot(now time.Time, slowStart time.Duration) Snapshot {
 	if ns := r.lastSuccess.Load(); ns != 0 {
 		s.LastSuccess = time.Unix(0, ns)
 	}
-	for c := range numClasses {
-		for st := range numStages {
-			if n := r.failures[c][st]; n > 0 {
-				s.Failures[c] += n
-				s.Stages[st] += n
-				s.Counts = append(s.Counts, FailureCount{Class: c, Stage: st, N: n})
+	if r.failures != nil {
+		for c := range numClasses {
+			for st := range numStages {
+				if n := r.failures[c][st]; n > 0 {
+					s.Failures[c] += n
+					s.Stages[st] += n
+					s.Counts = append(s.Counts, FailureCount{Class: c, Stage: st, N: n})
+				}
 			}
 		}
 	}
@@ -180,16 +182,16 @@ func (t *Tracker) Restore(key string, s Snapshot) bool {
 		r.lastSuccess.Store(s.LastSuccess.UnixNano())
 	}
 	r.probesOK, r.probesFailed, r.lastProbe = s.ProbesOK, s.ProbesFailed, s.LastProbe
-	r.failures = [numClasses][numStages]uint64{}
+	r.failures = nil
 	for _, fc := range s.Counts {
-		if fc.Class < numClasses && fc.Stage < numStages {
-			r.failures[fc.Class][fc.Stage] = fc.N
+		if fc.Class < numClasses && fc.Stage < numStages && fc.N > 0 {
+			r.countFailure(fc.Class, fc.Stage, fc.N)
 		}
 	}
 	if len(s.Counts) == 0 { // a file without the matrix: keep per-class totals
 		for c, n := range s.Failures {
-			if c < numClasses {
-				r.failures[c][StageNone] = n
+			if c < numClasses && n > 0 {
+				r.countFailure(c, StageNone, n)
 			}
 		}
 	}

@@ -61,7 +61,7 @@ type Record struct {
 	// consec counts failures per class since the last success or passing
 	// probe, for ClassPolicy.PermanentAfter.
 	consec       [numClasses]int
-	failures     [numClasses][numStages]uint64
+	failures     *failureMatrix // nil until the first failure
 	probing      bool
 	probesOK     uint64
 	probesFailed uint64
@@ -71,6 +71,18 @@ type Record struct {
 	targets      map[string]*targetCooldown
 	targetDrops  uint64
 	targetFails  []targetFail // recent target failures, for the target rule
+}
+
+// failureMatrix counts failures by class and stage. A record allocates
+// it at its first failure: most records of a large pool never fail.
+type failureMatrix [numClasses][numStages]uint64
+
+// countFailure adds n failures of class c at stage st. Caller holds r.mu.
+func (r *Record) countFailure(c Class, st Stage, n uint64) {
+	if r.failures == nil {
+		r.failures = new(failureMatrix)
+	}
+	r.failures[c][st] += n
 }
 
 func newRecord(key, name string, d Dialer, historyLen int) *Record {
@@ -291,7 +303,7 @@ func (t *Tracker) fail(r *Record, f *Failure, epoch uint64, checkEpoch bool) {
 	s := t.settings()
 	var e effects
 	r.mu.Lock()
-	r.failures[class][stage]++
+	r.countFailure(class, stage, 1)
 	live := State(r.state.Load()) == Eligible && !r.removed && (!checkEpoch || epoch == r.epoch)
 	switch {
 	case !live || class == Operator:
