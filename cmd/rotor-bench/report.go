@@ -237,7 +237,11 @@ func num(p *float64) string {
 	case *p >= 10 || *p <= -10:
 		return fmt.Sprintf("%.1f", *p)
 	default:
-		return fmt.Sprintf("%.3f", *p)
+		s := fmt.Sprintf("%.3f", *p)
+		if s == "-0.000" { // a tiny negative delta (one goroutine fewer over 5,000 tunnels)
+			s = "0.000"
+		}
+		return s
 	}
 }
 
@@ -245,7 +249,9 @@ func ratio(p *float64) string {
 	if p == nil {
 		return "-"
 	}
-	return fmt.Sprintf("%.2fx", *p)
+	// Three decimals: with two, a ratio of 0.566 against a target of
+	// 0.57 would print as 0.57x next to "NO".
+	return fmt.Sprintf("%.3fx", *p)
 }
 
 func orDash(s string) string {
