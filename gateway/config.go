@@ -51,6 +51,7 @@ type Config struct {
 	// Cluster is the [cluster] table: fleet mode through Redis (issue
 	// 10). Absent: single process, no Redis.
 	Cluster cluster.Config `toml:"cluster"`
+	Metrics MetricsConfig  `toml:"metrics"`
 
 	// path is the file the config came from ("" for built-in defaults).
 	path  string
@@ -77,6 +78,20 @@ type ListenConfig struct {
 	// MaxConnectionsPerIP caps concurrent connections from one client IP;
 	// 0 = no cap.
 	MaxConnectionsPerIP int `toml:"max_connections_per_ip"`
+}
+
+// MetricsConfig is the [metrics] table.
+type MetricsConfig struct {
+	// PerUpstreamLimit: /metrics carries the per-upstream series (nine per
+	// upstream) while the pool has at most this many upstreams; above it
+	// only the pool-wide ones, so a 100,000-line list does not turn every
+	// scrape into 900,000 series. Default 10,000; 0 = no limit.
+	PerUpstreamLimit int `toml:"per_upstream_limit"`
+}
+
+// perUpstream reports whether a pool of n upstreams gets per-upstream series.
+func (m MetricsConfig) perUpstream(n int) bool {
+	return m.PerUpstreamLimit == 0 || n <= m.PerUpstreamLimit
 }
 
 // ClientConfig is one [[client]] credential. It never prints its password.
@@ -221,6 +236,9 @@ func (c *Config) fill(md *toml.MetaData) {
 	if c.ShutdownGrace == 0 {
 		c.ShutdownGrace = 30 * time.Second
 	}
+	if !defined("metrics", "per_upstream_limit") {
+		c.Metrics.PerUpstreamLimit = 10_000
+	}
 	if c.SlowBody.FirstByte == 0 {
 		c.SlowBody.FirstByte = 10 * time.Second
 	}
@@ -268,6 +286,9 @@ func (c *Config) validate() ConfigErrors {
 	}
 	if c.Listen.MaxConnections < 0 || c.Listen.MaxConnectionsPerIP < 0 {
 		add(c.lines.table("listen"), "listen: connection limits must not be negative")
+	}
+	if c.Metrics.PerUpstreamLimit < 0 {
+		add(c.lines.key(toml.Key{"metrics", "per_upstream_limit"}), "metrics.per_upstream_limit: must not be negative (0 = no limit)")
 	}
 	for i, cl := range c.Clients {
 		line := c.lines.arrayTable("client", i)

@@ -184,6 +184,8 @@ type poolCollector struct{ s *Server }
 var (
 	descUpstreams = prometheus.NewDesc("rotor_upstreams",
 		"Upstreams per state (eligible, cooling, probe_allowed, disabled).", []string{"state"}, nil)
+	descPoolFailures = prometheus.NewDesc("rotor_failures_total",
+		"Failures observed across the pool, by class and stage (the sum of rotor_upstream_failures_total).", []string{"class", "stage"}, nil)
 	descFailures = prometheus.NewDesc("rotor_upstream_failures_total",
 		"Failures observed per upstream, by class and stage.", []string{"upstream", "class", "stage"}, nil)
 	descProbes = prometheus.NewDesc("rotor_probes_total",
@@ -199,14 +201,16 @@ var (
 )
 
 func (poolCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descUpstreams, descFailures, descProbes, descSuccesses, descActive, descState, descTargets} {
+	for _, d := range []*prometheus.Desc{descUpstreams, descPoolFailures, descFailures, descProbes, descSuccesses, descActive, descState, descTargets} {
 		ch <- d
 	}
 }
 
-// Collect emits one consistent pass over the pool. Two endpoints sharing
-// a display name (possible with list files) are summed under it rather
-// than breaking the scrape with duplicate series.
+// Collect emits one consistent pass over the pool: the pool-wide series
+// always, the per-upstream ones while the pool is within
+// metrics.per_upstream_limit. Two endpoints sharing a display name
+// (possible with list files) are summed under it rather than breaking the
+// scrape with duplicate series.
 func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
 	type key struct{ a, b, c string }
 	counters := map[*prometheus.Desc]map[key]float64{}
@@ -217,29 +221,47 @@ func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		m[d][k] += v
 	}
+	eps := c.s.pool.Endpoints()
+	perUpstream := c.s.cfg.Load().Metrics.perUpstream(len(eps))
 	states := map[health.State]int{}
-	for _, e := range c.s.pool.Endpoints() {
-		snap := c.s.tr.Snapshot(e.Record())
+	type classStage struct {
+		c health.Class
+		s health.Stage
+	}
+	pool := map[classStage]uint64{}
+	var buf []health.FailureCount
+	for _, e := range eps {
+		st := c.s.tr.Stats(e.Record(), buf[:0])
+		buf = st.Counts
+		states[st.State]++
+		for _, fc := range st.Counts {
+			pool[classStage{fc.Class, fc.Stage}] += fc.N
+		}
+		if !perUpstream {
+			continue
+		}
 		n := e.Name
-		states[snap.State]++
-		for _, fc := range snap.Counts {
+		for _, fc := range st.Counts {
 			add(counters, descFailures, key{n, fc.Class.String(), fc.Stage.String()}, float64(fc.N))
 		}
-		add(counters, descProbes, key{n, "ok", ""}, float64(snap.ProbesOK))
-		add(counters, descProbes, key{n, "failed", ""}, float64(snap.ProbesFailed))
-		add(counters, descSuccesses, key{n, "", ""}, float64(snap.Successes))
+		add(counters, descProbes, key{n, "ok", ""}, float64(st.ProbesOK))
+		add(counters, descProbes, key{n, "failed", ""}, float64(st.ProbesFailed))
+		add(counters, descSuccesses, key{n, "", ""}, float64(st.Successes))
 		add(gauges, descActive, key{n, "", ""}, float64(e.Active()))
-		add(gauges, descTargets, key{n, "", ""}, float64(len(snap.Targets)))
-		for _, st := range health.AllStates() {
+		add(gauges, descTargets, key{n, "", ""}, float64(st.Targets))
+		for _, s := range health.AllStates() {
 			v := 0.0
-			if st == snap.State {
+			if s == st.State {
 				v = 1
 			}
-			add(gauges, descState, key{n, st.String(), ""}, v)
+			add(gauges, descState, key{n, s.String(), ""}, v)
 		}
 	}
 	for _, st := range health.AllStates() {
 		ch <- prometheus.MustNewConstMetric(descUpstreams, prometheus.GaugeValue, float64(states[st]), st.String())
+	}
+	for k, n := range pool {
+		ch <- prometheus.MustNewConstMetric(descPoolFailures, prometheus.CounterValue, float64(n), k.c.String(), k.s.String())
 	}
 	emit := func(m map[*prometheus.Desc]map[key]float64, t prometheus.ValueType) {
 		for d, series := range m {

@@ -36,6 +36,7 @@ func TestMetricsExposition(t *testing.T) {
 		`rotor_upstreams{state="probe_allowed"} 0`,
 		`rotor_upstreams{state="disabled"} 1`,
 		`rotor_upstream_failures_total{class="refused",stage="dial",upstream="dc-1"} 1`,
+		`rotor_failures_total{class="refused",stage="dial"} 1`,
 		`rotor_probes_total{result="ok",upstream="dc-1"} 0`,
 		`rotor_probes_total{result="failed",upstream="bob@127.0.0.1:2"} 0`,
 		`rotor_tunnels_active{front="socks5"} 1`,
@@ -66,6 +67,53 @@ func TestMetricsExposition(t *testing.T) {
 	}
 	if strings.Contains(body, canary) || strings.Contains(body, "alice") {
 		t.Errorf("exposition carries credentials")
+	}
+}
+
+// TestMetricsPerUpstreamLimit: a pool larger than metrics.per_upstream_limit
+// keeps the pool-wide series and drops the per-upstream ones (nine per
+// upstream), with a warning; a reload that brings the pool back within the
+// limit brings them back, and 0 means no limit.
+func TestMetricsPerUpstreamLimit(t *testing.T) {
+	limited := strings.Replace(adminConfig, "[pool]\n", "[metrics]\nper_upstream_limit = 1\n\n[pool]\n", 1)
+	f := newAdminFixture(t, limited, fixedClock())
+	f.do(t, "POST", "/api/upstreams/dc-1/report", `{"class":"refused"}`)
+	f.do(t, "POST", "/api/upstreams/bob@127.0.0.1:2/report", `{"class":"refused"}`)
+	_, _, body := f.do(t, "GET", "/metrics", "")
+	for _, want := range []string{`rotor_upstreams{state="cooling"} 2`, `rotor_failures_total{class="refused",stage="dial"} 2`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("over the limit: exposition lacks %s", want)
+		}
+	}
+	if strings.Contains(body, `upstream="`) {
+		t.Errorf("over the limit: per-upstream series are exposed")
+	}
+	if !strings.Contains(f.logs.String(), "per-upstream metrics are off") {
+		t.Errorf("no warning that per-upstream metrics are off")
+	}
+
+	for _, text := range []string{
+		strings.Replace(limited, "per_upstream_limit = 1", "per_upstream_limit = 2", 1),
+		strings.Replace(limited, "per_upstream_limit = 1", "per_upstream_limit = 0", 1),
+	} {
+		cfg, err := ParseConfig("admin_test.toml", []byte(text))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.srv.Reload(cfg); err != nil {
+			t.Fatal(err)
+		}
+		_, _, body = f.do(t, "GET", "/metrics", "")
+		if !strings.Contains(body, `rotor_upstream_failures_total{class="refused",stage="dial",upstream="dc-1"} 1`) {
+			t.Errorf("within the limit (%s): per-upstream series missing", text[strings.Index(text, "per_upstream_limit"):][:22])
+		}
+	}
+	if !strings.Contains(f.logs.String(), "per-upstream metrics are on again") {
+		t.Errorf("no note that per-upstream metrics are back")
+	}
+	if _, err := ParseConfig("bad.toml", []byte("[metrics]\nper_upstream_limit = -5\n")); err == nil ||
+		!strings.Contains(err.Error(), "bad.toml:2: metrics.per_upstream_limit: must not be negative") {
+		t.Errorf("negative limit: %v", err)
 	}
 }
 

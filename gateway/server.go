@@ -32,6 +32,9 @@ type Server struct {
 
 	cfg  atomic.Pointer[Config]
 	auth atomic.Pointer[authenticator]
+	// metricsCapped is whether the last apply left /metrics without the
+	// per-upstream series (metrics.per_upstream_limit); apply logs changes.
+	metricsCapped atomic.Bool
 
 	ctx    context.Context // cancelled by Shutdown: ends waits and the prober
 	cancel context.CancelFunc
@@ -138,6 +141,7 @@ func (s *Server) apply(cfg *Config) error {
 	}
 	// The tracker logs each new record with its initial state.
 	s.warnProbeBacklog(cfg, added)
+	s.noteMetricsCap(cfg, len(specs))
 	s.pruneTransports()
 	for _, n := range removed {
 		s.log.Info().Str("upstream", n).Str("class", "operator").Msg("upstream removed from config")
@@ -179,6 +183,21 @@ func (s *Server) warnProbeBacklog(cfg *Config, added []string) {
 	s.log.Warn().Int("upstreams", waiting).Float64("probe_rate", rate).Str("at_least", eta.String()).
 		Msg("new upstreams serve only after a first probe, started at most probe.rate per second: " +
 			"raise probe.rate and probe.max_concurrent, or set pool.start_eligible = true to admit them unprobed")
+}
+
+// noteMetricsCap logs when the pool's size turns the per-upstream series
+// of /metrics off or back on (metrics.per_upstream_limit).
+func (s *Server) noteMetricsCap(cfg *Config, n int) {
+	capped := !cfg.Metrics.perUpstream(n)
+	if s.metricsCapped.Swap(capped) == capped {
+		return
+	}
+	if capped {
+		s.log.Warn().Int("upstreams", n).Int("per_upstream_limit", cfg.Metrics.PerUpstreamLimit).
+			Msg("per-upstream metrics are off: the pool is larger than metrics.per_upstream_limit (pool-wide series stay; 0 lifts the limit)")
+		return
+	}
+	s.log.Info().Int("upstreams", n).Msg("per-upstream metrics are on again")
 }
 
 // Pool returns the server's pool.

@@ -84,6 +84,42 @@ func (t *Tracker) Status(r *Record) (State, Class) {
 	return r.effectiveState(now), r.reason
 }
 
+// Stats is the part of a record the metrics read at every scrape: the
+// counters, without the history and maps a Snapshot copies.
+type Stats struct {
+	State        State
+	Counts       []FailureCount // non-zero only; appended to the buffer Stats was given
+	Successes    uint64
+	ProbesOK     uint64
+	ProbesFailed uint64
+	Targets      int // per-target cooldowns active now
+}
+
+// Stats returns r's counters, appending its failure counts to buf (pass
+// the previous Stats' Counts[:0] to reuse it across a pool).
+func (t *Tracker) Stats(r *Record, buf []FailureCount) Stats {
+	now := t.clock.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	st := Stats{State: r.effectiveState(now), Counts: buf, Successes: r.successes.Load(),
+		ProbesOK: r.probesOK, ProbesFailed: r.probesFailed}
+	if r.failures != nil {
+		for c := range numClasses {
+			for sg := range numStages {
+				if n := r.failures[c][sg]; n > 0 {
+					st.Counts = append(st.Counts, FailureCount{Class: c, Stage: sg, N: n})
+				}
+			}
+		}
+	}
+	for _, tc := range r.targets {
+		if now.Before(tc.deadline) {
+			st.Targets++
+		}
+	}
+	return st
+}
+
 // Export returns a snapshot of every record, sorted by key, for the state
 // file and the admin API.
 func (t *Tracker) Export() []Snapshot {
