@@ -38,6 +38,12 @@ const (
 	// stateFlush writes counters that changed without a transition
 	// (successes, failures below a class's threshold) now and then.
 	stateFlush = time.Minute
+	// stateCostShare stretches the debounce to this many times the last
+	// write's duration: with 100,000 upstreams a write takes ~0.3 s and
+	// probes make transitions every second, so a fixed 1 s debounce kept
+	// a core a third busy rewriting the file. Writes then use at most
+	// ~1/stateCostShare of a core; a restart loses a few seconds more.
+	stateCostShare = 20
 )
 
 // stateFile is the state-file writer's state. The zero value after init
@@ -184,17 +190,23 @@ func (s *Server) stateLoop(sf *stateFile) {
 	flush := time.NewTicker(stateFlush)
 	defer flush.Stop()
 	var debounce <-chan time.Time
+	var cost time.Duration // of the last write
+	write := func() {
+		start := time.Now()
+		s.writeState()
+		cost = time.Since(start)
+	}
 	for {
 		select {
 		case <-sf.wake:
 			if debounce == nil {
-				debounce = time.After(stateDebounce)
+				debounce = time.After(max(stateDebounce, stateCostShare*cost))
 			}
 		case <-debounce:
 			debounce = nil
-			s.writeState()
+			write()
 		case <-flush.C:
-			s.writeState()
+			write()
 		case <-sf.stop:
 			s.writeState()
 			return
