@@ -268,3 +268,30 @@ func TestProbeBacklogWarning(t *testing.T) {
 		})
 	}
 }
+
+// TestAddedUpstreamsLogged: a config load that adds a few upstreams logs
+// one line each; a list logs one summary with the count by state.
+func TestAddedUpstreamsLogged(t *testing.T) {
+	pool := func(n int) string {
+		var b strings.Builder
+		b.WriteString("[listen]\nsocks5 = \"127.0.0.1:0\"\n")
+		for i := range n {
+			fmt.Fprintf(&b, "\n[[upstream]]\nurl = \"socks5://127.0.0.%d:1080\"\n", i+1)
+			if i == 0 {
+				b.WriteString("disabled = true\n")
+			}
+		}
+		return b.String()
+	}
+	_, logs := newGateway(t, "rotor.toml", pool(3))
+	if n := strings.Count(logs.String(), `{"level":"info","upstream":`); n != 3 ||
+		!strings.Contains(logs.String(), `{"level":"info","upstream":"127.0.0.1:1080","to":"disabled","message":"upstream added"}`) ||
+		!strings.Contains(logs.String(), `{"level":"info","upstream":"127.0.0.2:1080","to":"probe_allowed","message":"upstream added"}`) {
+		t.Errorf("3 added: %d lines, want one each with its state:\n%s", n, logs)
+	}
+	_, logs = newGateway(t, "rotor.toml", pool(addedLogEach+1))
+	if strings.Contains(logs.String(), `{"level":"info","upstream":`) ||
+		!strings.Contains(logs.String(), `{"level":"info","upstreams":21,"first":["127.0.0.1:1080","127.0.0.2:1080","127.0.0.3:1080","127.0.0.4:1080","127.0.0.5:1080"],"probe_allowed":20,"disabled":1,"message":"upstreams added"}`) {
+		t.Errorf("21 added: want one summary line:\n%s", logs)
+	}
+}

@@ -139,7 +139,7 @@ func (s *Server) apply(cfg *Config) error {
 	if err != nil {
 		return err
 	}
-	// The tracker logs each new record with its initial state.
+	s.logAdded(added)
 	s.warnProbeBacklog(cfg, added)
 	s.noteMetricsCap(cfg, len(specs))
 	s.pruneTransports()
@@ -149,6 +149,40 @@ func (s *Server) apply(cfg *Config) error {
 	s.auth.Store(newAuthenticator(cfg.Clients))
 	s.cfg.Store(cfg)
 	return nil
+}
+
+// addedLogEach is the most upstreams one config load adds that are
+// logged one line each; more are summarised in one line.
+const addedLogEach = 20
+
+// logAdded logs the upstreams a config load added with their first state:
+// one line each for a few, one summary for a list (the tracker's own line
+// per record is at debug level).
+func (s *Server) logAdded(added []string) {
+	if len(added) == 0 {
+		return
+	}
+	states := map[string]int{}
+	for _, n := range added {
+		st := "removed"
+		if e := s.pool.Lookup(n); e != nil {
+			state, _ := s.tr.Status(e.Record())
+			st = state.String()
+		}
+		states[st]++
+		if len(added) <= addedLogEach {
+			s.log.Info().Str("upstream", n).Str("to", st).Msg("upstream added")
+		}
+	}
+	if len(added) > addedLogEach {
+		ev := s.log.Info().Int("upstreams", len(added)).Strs("first", added[:5])
+		for _, st := range health.AllStates() {
+			if n := states[st.String()]; n > 0 {
+				ev = ev.Int(st.String(), n)
+			}
+		}
+		ev.Msg("upstreams added")
+	}
 }
 
 // probeBacklogWarn is how long new upstreams may wait for their first

@@ -139,8 +139,9 @@ func (t *Tracker) Add(key, name string, d Dialer, disabled bool) *Record {
 	r := newRecord(key, name, d, s.cfg.HistoryLen)
 	var e effects
 	r.mu.Lock()
-	// A new record enters its first state directly: no history entry,
-	// one "upstream added" log line.
+	// A new record enters its first state directly: no history entry and
+	// no log line here; the caller logs what a config load added, as a
+	// summary when it is a list of thousands.
 	switch {
 	case disabled:
 		r.state.Store(uint32(Disabled))
@@ -153,12 +154,10 @@ func (t *Tracker) Add(key, name string, d Dialer, disabled bool) *Record {
 		r.state.Store(uint32(ProbeAllowed))
 		e.items = append(e.items, item{at: t.clock.Now(), rec: r, epoch: r.epoch, kind: kindProbe})
 	}
-	state := State(r.state.Load())
 	r.mu.Unlock()
 	t.records[key] = r
 	t.mu.Unlock()
 	t.version.Add(1)
-	t.log.Info().Str("upstream", name).Stringer("to", state).Msg("upstream added")
 	t.apply(&e)
 	return r
 }
