@@ -181,6 +181,10 @@ func (s *Server) stopStateFile() {
 	s.writeState()
 }
 
+// stateDelay is the debounce after a transition when the last write took
+// cost: stateDebounce, or stateCostShare times the cost when that is longer.
+func stateDelay(cost time.Duration) time.Duration { return max(stateDebounce, stateCostShare*cost) }
+
 // kickState asks the writer for a debounced write, for changes the
 // tracker observer does not report (a reload that added or removed
 // upstreams). It never blocks.
@@ -200,7 +204,7 @@ func (s *Server) stateLoop(sf *stateFile) {
 		select {
 		case <-sf.wake:
 			if debounce == nil {
-				debounce = time.After(max(stateDebounce, stateCostShare*cost))
+				debounce = time.After(stateDelay(cost))
 			}
 		case <-debounce:
 			debounce = nil

@@ -324,3 +324,16 @@ func TestStateFileAcrossRealRestart(t *testing.T) {
 		}
 	})
 }
+
+func TestStateDelayFollowsWriteCost(t *testing.T) {
+	for _, tt := range []struct{ cost, want time.Duration }{
+		{0, time.Second},
+		{10 * time.Millisecond, time.Second},
+		{300 * time.Millisecond, 6 * time.Second}, // ~100,000 upstreams
+		{2 * time.Second, 40 * time.Second},
+	} {
+		if got := stateDelay(tt.cost); got != tt.want {
+			t.Errorf("stateDelay(%v) = %v, want %v", tt.cost, got, tt.want)
+		}
+	}
+}

@@ -170,3 +170,24 @@ func TestPairedRatio(t *testing.T) {
 		t.Errorf("pairedRatio over one round = %v, want nil", *one)
 	}
 }
+
+func TestNumberFormats(t *testing.T) {
+	f := func(v float64) *float64 { return &v }
+	for _, tt := range []struct {
+		got, want string
+	}{
+		{num(nil), "n/a"},
+		{num(f(2)), "2"},
+		{num(f(5.97)), "5.970"},
+		{num(f(-0.0002)), "0.000"}, // one goroutine fewer over 5,000 tunnels, not "-0.000"
+		{num(f(-0.25)), "-0.250"},
+		{num(f(19.5)), "19.5"},
+		{num(f(1446.4)), "1446"},
+		{ratio(nil), "-"},
+		{ratio(f(0.5673)), "0.567x"}, // not 0.57x next to a target of 0.57 it misses
+	} {
+		if tt.got != tt.want {
+			t.Errorf("got %q, want %q", tt.got, tt.want)
+		}
+	}
+}
