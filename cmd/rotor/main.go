@@ -35,6 +35,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	check := fs.Bool("check", false, "validate the config and exit: 0 when valid, 1 printing FILE:LINE: message per error")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	logFormat := fs.String("log-format", "json", "log format: json or console")
+	logLevel := fs.String("log-level", "info", "least severe log lines written: debug (adds failed client handshakes and bad requests), info, warn or error")
 	healthcheck := fs.Bool("healthcheck", false, "probe the admin listener's /healthz and exit 0 when healthy (for Docker HEALTHCHECK)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -57,7 +58,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "rotor: -log-format must be json or console, not %q\n", *logFormat)
 		return 2
 	}
-	log := zerolog.New(out).With().Timestamp().Logger()
+	level, err := zerolog.ParseLevel(*logLevel)
+	if err != nil || *logLevel == "" || level < zerolog.DebugLevel || level > zerolog.ErrorLevel {
+		fmt.Fprintf(stderr, "rotor: -log-level must be debug, info, warn or error, not %q\n", *logLevel)
+		return 2
+	}
+	log := zerolog.New(out).Level(level).With().Timestamp().Logger()
 	// go-redis has one process-wide logger (fleet mode): route it to ours.
 	cluster.SetRedisLogger(log)
 

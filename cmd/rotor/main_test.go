@@ -72,4 +72,9 @@ func TestBadFlags(t *testing.T) {
 	if code, _, errs := runCmd(t, "-log-format", "xml", "-config", "/nonexistent.toml"); code == 0 || !strings.Contains(errs, "log-format") {
 		t.Fatalf("bad -log-format: exit %d %q", code, errs)
 	}
+	for _, bad := range []string{"loud", "", "trace", "fatal", "panic", "disabled"} {
+		if code, _, errs := runCmd(t, "-log-level", bad, "-config", "/nonexistent.toml"); code != 2 || !strings.Contains(errs, "-log-level must be debug, info, warn or error") {
+			t.Errorf("-log-level %q: exit %d %q", bad, code, errs)
+		}
+	}
 }
