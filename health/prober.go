@@ -266,6 +266,10 @@ func (t *Tracker) runProbe(ctx context.Context, p *probeSpec, q queued, d Dialer
 			t.readmit(s, r, now, "probe passed", &e)
 		} else {
 			class := classifyProbe(err)
+			// A failed probe is a classified failure at stage probe like
+			// any other: it shows in failures and failures_by_stage, not
+			// only in the probe counters.
+			r.countFailure(class, StageProbe, 1)
 			r.consec[class]++
 			r.pending.Store(true)
 			t.cool(s, r, now, class, StageProbe, detailOf(err), err, &e)

@@ -216,6 +216,10 @@ func TestBackoffSequenceThroughProbes(t *testing.T) {
 			t.Fatalf("probes = %d, want %d", got, i+1)
 		}
 	}
+	// Each failed probe is a failure at stage probe too, not only a probe count.
+	if s := tr.Snapshot(r); s.Stages[StageProbe] != uint64(len(want)) || s.ProbesFailed != uint64(len(want)) {
+		t.Errorf("failures at stage probe %d, probes failed %d; want %d each", s.Stages[StageProbe], s.ProbesFailed, len(want))
+	}
 	// A passing probe resets the streak.
 	up.status.Store(200)
 	clk.Advance(10 * time.Minute)
