@@ -269,8 +269,8 @@ func TestProbeBacklogWarning(t *testing.T) {
 	}
 }
 
-// TestAddedUpstreamsLogged: a config load that adds a few upstreams logs
-// one line each; a list logs one summary with the count by state.
+// TestAddedUpstreamsLogged: a config load that adds (or removes) a few
+// upstreams logs one line each; a list, one summary with the count by state.
 func TestAddedUpstreamsLogged(t *testing.T) {
 	pool := func(n int) string {
 		var b strings.Builder
@@ -289,9 +289,36 @@ func TestAddedUpstreamsLogged(t *testing.T) {
 		!strings.Contains(logs.String(), `{"level":"info","upstream":"127.0.0.2:1080","to":"probe_allowed","message":"upstream added"}`) {
 		t.Errorf("3 added: %d lines, want one each with its state:\n%s", n, logs)
 	}
-	_, logs = newGateway(t, "rotor.toml", pool(addedLogEach+1))
+	srv, logs := newGateway(t, "rotor.toml", pool(addedLogEach+1))
 	if strings.Contains(logs.String(), `{"level":"info","upstream":`) ||
 		!strings.Contains(logs.String(), `{"level":"info","upstreams":21,"first":["127.0.0.1:1080","127.0.0.2:1080","127.0.0.3:1080","127.0.0.4:1080","127.0.0.5:1080"],"probe_allowed":20,"disabled":1,"message":"upstreams added"}`) {
 		t.Errorf("21 added: want one summary line:\n%s", logs)
+	}
+
+	// Removals: the same, with the state each was in.
+	reload := func(text string) string {
+		t.Helper()
+		cfg, err := ParseConfig("rotor.toml", []byte(text))
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := len(logs.String())
+		if err := srv.Reload(cfg); err != nil {
+			t.Fatal(err)
+		}
+		return logs.String()[start:]
+	}
+	out := reload(pool(addedLogEach + 3)) // two added
+	if strings.Count(out, `"message":"upstream added"`) != 2 {
+		t.Errorf("2 added by a reload:\n%s", out)
+	}
+	out = reload(pool(2)) // 21 removed: 127.0.0.3 .. 127.0.0.23
+	if !strings.Contains(out, `{"level":"info","upstreams":21,"first":["127.0.0.3:1080","127.0.0.4:1080","127.0.0.5:1080","127.0.0.6:1080","127.0.0.7:1080"],"probe_allowed":21,"class":"operator","stage":"operator","message":"upstreams removed from config"}`) ||
+		strings.Contains(out, `{"level":"info","upstream":`) {
+		t.Errorf("21 removed: want one summary line:\n%s", out)
+	}
+	out = reload(pool(1)) // 127.0.0.2 removed
+	if !strings.Contains(out, `{"level":"info","upstream":"127.0.0.2:1080","from":"probe_allowed","class":"operator","stage":"operator","message":"upstream removed from config"}`) {
+		t.Errorf("1 removed: want its line with the state it was in:\n%s", out)
 	}
 }

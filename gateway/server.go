@@ -135,6 +135,7 @@ func (s *Server) apply(cfg *Config) error {
 	if err != nil {
 		return err
 	}
+	before := s.statesByName()
 	added, removed, err := s.pool.Update(specs)
 	if err != nil {
 		return err
@@ -143,46 +144,80 @@ func (s *Server) apply(cfg *Config) error {
 	s.warnProbeBacklog(cfg, added)
 	s.noteMetricsCap(cfg, len(specs))
 	s.pruneTransports()
-	for _, n := range removed {
-		s.log.Info().Str("upstream", n).Str("class", "operator").Msg("upstream removed from config")
-	}
+	s.logRemoved(removed, before)
 	s.auth.Store(newAuthenticator(cfg.Clients))
 	s.cfg.Store(cfg)
 	return nil
 }
 
-// addedLogEach is the most upstreams one config load adds that are
-// logged one line each; more are summarised in one line.
+// addedLogEach is the most upstreams one config load adds (or removes)
+// that are logged one line each; more are summarised in one line.
 const addedLogEach = 20
 
-// logAdded logs the upstreams a config load added with their first state:
-// one line each for a few, one summary for a list (the tracker's own line
-// per record is at debug level).
+// logAdded logs the upstreams a config load added with their first state.
 func (s *Server) logAdded(added []string) {
-	if len(added) == 0 {
-		return
-	}
-	states := map[string]int{}
+	states := make(map[string]string, min(len(added), addedLogEach+1))
 	for _, n := range added {
 		st := "removed"
 		if e := s.pool.Lookup(n); e != nil {
 			state, _ := s.tr.Status(e.Record())
 			st = state.String()
 		}
-		states[st]++
-		if len(added) <= addedLogEach {
-			s.log.Info().Str("upstream", n).Str("to", st).Msg("upstream added")
-		}
+		states[n] = st
 	}
-	if len(added) > addedLogEach {
-		ev := s.log.Info().Int("upstreams", len(added)).Strs("first", added[:5])
-		for _, st := range health.AllStates() {
-			if n := states[st.String()]; n > 0 {
-				ev = ev.Int(st.String(), n)
+	s.logChanged(added, states, "to", "upstream added", "upstreams added")
+}
+
+// statesByName maps each upstream's name to its state now, for logging
+// the state removed upstreams were in.
+func (s *Server) statesByName() map[string]string {
+	eps := s.pool.Endpoints()
+	out := make(map[string]string, len(eps))
+	for _, e := range eps {
+		st, _ := s.tr.Status(e.Record())
+		out[e.Name] = st.String()
+	}
+	return out
+}
+
+// logRemoved logs the upstreams a config load removed (an operator action)
+// with the state they were in.
+func (s *Server) logRemoved(removed []string, before map[string]string) {
+	s.logChanged(removed, before, "from", "upstream removed from config", "upstreams removed from config")
+}
+
+// logChanged logs names one line each (with state[name] under key) when
+// they are few, else one summary line with the count, the first five and
+// the count per state: replacing a seller list would otherwise log
+// hundreds of thousands of lines.
+func (s *Server) logChanged(names []string, state map[string]string, key, one, many string) {
+	if len(names) == 0 {
+		return
+	}
+	if len(names) <= addedLogEach {
+		for _, n := range names {
+			ev := s.log.Info().Str("upstream", n).Str(key, state[n])
+			if key == "from" {
+				ev = ev.Str("class", health.Operator.String()).Str("stage", health.StageOperator.String())
 			}
+			ev.Msg(one)
 		}
-		ev.Msg("upstreams added")
+		return
 	}
+	count := map[string]int{}
+	for _, n := range names {
+		count[state[n]]++
+	}
+	ev := s.log.Info().Int("upstreams", len(names)).Strs("first", names[:5])
+	for _, st := range health.AllStates() {
+		if c := count[st.String()]; c > 0 {
+			ev = ev.Int(st.String(), c)
+		}
+	}
+	if key == "from" {
+		ev = ev.Str("class", health.Operator.String()).Str("stage", health.StageOperator.String())
+	}
+	ev.Msg(many)
 }
 
 // probeBacklogWarn is how long new upstreams may wait for their first

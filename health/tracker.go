@@ -163,9 +163,10 @@ func (t *Tracker) Add(key, name string, d Dialer, disabled bool) *Record {
 }
 
 // Remove drops the record for key (the upstream left the config). It is
-// the only way a record disappears, and it is logged as an operator action.
-// A removed record reads as disabled to holders of an old snapshot, and any
-// probe still running for it is ignored.
+// the only way a record disappears. The caller logs it as an operator
+// action (a summary when a whole list is replaced); the line here is at
+// debug level. A removed record reads as disabled to holders of an old
+// snapshot, and any probe still running for it is ignored.
 func (t *Tracker) Remove(key string) {
 	t.mu.Lock()
 	r, ok := t.records[key]
@@ -184,7 +185,7 @@ func (t *Tracker) Remove(key string) {
 	name := r.name
 	r.mu.Unlock()
 	t.version.Add(1)
-	t.log.Info().Str("upstream", name).Stringer("from", from).
+	t.log.Debug().Str("upstream", name).Stringer("from", from).
 		Str("class", Operator.String()).Str("stage", StageOperator.String()).
 		Msg("upstream removed")
 }

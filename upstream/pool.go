@@ -279,10 +279,10 @@ func (p *Pool) Update(specs []Spec) (added, removed []string, err error) {
 		e.rec = p.tr.Add(key, e.Name, d, s.Disabled)
 		next = append(next, e)
 	}
-	for key, old := range p.byKey {
-		if !keys[key] {
+	for _, old := range p.set.Load().eps { // in pool order, so logs list them as the config did
+		if !keys[old.Key] {
 			removed = append(removed, old.Name)
-			p.tr.Remove(key)
+			p.tr.Remove(old.Key)
 		}
 	}
 	p.byKey = make(map[string]*Endpoint, len(next))
