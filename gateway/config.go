@@ -135,6 +135,8 @@ type UpstreamConfig struct {
 	Weight      int      `toml:"weight"`
 	MaxConns    int      `toml:"max_conns"`
 	Rate        float64  `toml:"rate"`
+	// Pipeline: socks5 only; see upstream.Spec.Pipeline.
+	Pipeline bool `toml:"pipeline"`
 }
 
 // UpstreamFileConfig is one [[upstream_file]].
@@ -142,6 +144,9 @@ type UpstreamFileConfig struct {
 	Path   string   `toml:"path"`
 	Scheme string   `toml:"scheme"` // for lines without one; default http
 	Tags   []string `toml:"tags"`
+	// Pipeline applies upstream.Spec.Pipeline to every line (socks5 lines
+	// only: the file's scheme must be socks5).
+	Pipeline bool `toml:"pipeline"`
 }
 
 // ConfigError is one problem in a config file, printed FILE:LINE: message.
@@ -362,6 +367,9 @@ func (c *Config) validate() ConfigErrors {
 		default:
 			add(line, "upstream_file: scheme %q is not socks5, http or https", f.Scheme)
 		}
+		if f.Pipeline && f.Scheme != "socks5" && f.Scheme != "socks5h" {
+			add(line, "upstream_file: pipeline = true needs scheme = \"socks5\" (it applies to socks5 upstreams only)")
+		}
 	}
 	return errs
 }
@@ -396,5 +404,8 @@ func (u UpstreamConfig) spec() (upstream.Spec, error) {
 	if err := upstream.ValidateURL(pu); err != nil {
 		return upstream.Spec{}, err
 	}
-	return upstream.Spec{URL: pu, Name: u.Name, Disabled: u.Disabled, Tags: u.Tags, Weight: u.Weight, MaxConns: u.MaxConns, Rate: u.Rate}, nil
+	if u.Pipeline && pu.Scheme != "socks5" && pu.Scheme != "socks5h" {
+		return upstream.Spec{}, fmt.Errorf("upstream %s: pipeline = true applies to socks5 upstreams only", upstream.Redact(pu))
+	}
+	return upstream.Spec{URL: pu, Name: u.Name, Disabled: u.Disabled, Tags: u.Tags, Weight: u.Weight, MaxConns: u.MaxConns, Rate: u.Rate, Pipeline: u.Pipeline}, nil
 }

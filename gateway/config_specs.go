@@ -62,8 +62,12 @@ func (c *Config) specs() ([]upstream.Spec, []ConfigError, error) {
 				problems = append(problems, ConfigError{File: path, Line: e.Line, Msg: "duplicate upstream " + upstream.Redact(e.URL)})
 				continue
 			}
+			if f.Pipeline && e.URL.Scheme != "socks5" && e.URL.Scheme != "socks5h" {
+				problems = append(problems, ConfigError{File: path, Line: e.Line, Msg: "pipeline = true applies to socks5 upstreams only: " + upstream.Redact(e.URL)})
+				continue
+			}
 			seen[k] = true
-			specs = append(specs, upstream.Spec{URL: e.URL, Tags: f.Tags})
+			specs = append(specs, upstream.Spec{URL: e.URL, Tags: f.Tags, Pipeline: f.Pipeline})
 		}
 	}
 	nameDefaults(specs)

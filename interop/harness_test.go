@@ -397,6 +397,7 @@ type rotorOpts struct {
 
 type rotorUpstream struct {
 	Name, URL string
+	Pipeline  bool // pipeline = true (socks5)
 }
 
 // rotor is a running rotor child process.
@@ -440,6 +441,9 @@ func startRotor(t *testing.T, o rotorOpts) *rotor {
 	b.WriteString(o.Extra)
 	for _, u := range o.Upstreams {
 		fmt.Fprintf(&b, "\n[[upstream]]\nname = %q\nurl = %q\n", u.Name, u.URL)
+		if u.Pipeline {
+			b.WriteString("pipeline = true\n")
+		}
 	}
 	r.Config = filepath.Join(dir, "rotor.toml")
 	if err := os.WriteFile(r.Config, []byte(b.String()), 0o600); err != nil {

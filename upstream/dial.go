@@ -29,4 +29,7 @@ type DialConfig struct {
 	// connection proves long-lived (the gateway's tunnel watchdog does, so
 	// a short tunnel spends no setsockopt calls on it).
 	KeepAlive time.Duration `toml:"-"`
+	// SOCKS5Pipeline is Spec.Pipeline for one socks5 upstream; NewDialer
+	// refuses it for other schemes.
+	SOCKS5Pipeline bool `toml:"-"`
 }

@@ -69,6 +69,9 @@ func NewDialer(u *url.URL, cfg DialConfig) (proxy.ContextDialer, error) {
 	if u.Path != "" && u.Path != "/" || u.RawQuery != "" || u.Fragment != "" {
 		return nil, fmt.Errorf("upstream %s: unexpected path, query or fragment", u.Redacted())
 	}
+	if cfg.SOCKS5Pipeline && u.Scheme != "socks5" && u.Scheme != "socks5h" {
+		return nil, fmt.Errorf("upstream %s: pipeline applies to socks5 upstreams only", u.Redacted())
+	}
 	pd := proxyDialer{addr: u.Host, host: u.Hostname(), cfg: cfg}
 	if u.User != nil {
 		pd.user = u.User.Username()

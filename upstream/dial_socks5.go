@@ -111,6 +111,9 @@ func (d *socks5Dialer) DialContext(ctx context.Context, network, addr string) (n
 
 // negotiate runs method selection, optional RFC 1929 auth and CONNECT.
 func (d *socks5Dialer) negotiate(c net.Conn, req []byte) error {
+	if d.cfg.SOCKS5Pipeline {
+		return d.negotiatePipelined(c, req)
+	}
 	// Offer {00, 02} with credentials: dante in no-auth mode answers FF to a
 	// client offering only 02 (UPSTREAM-SIGNALS.md).
 	greet := []byte{socks5Version, 1, socks5AuthNone}
@@ -144,18 +147,71 @@ func (d *socks5Dialer) negotiate(c net.Conn, req []byte) error {
 	return nil
 }
 
-// authenticate runs the RFC 1929 sub-negotiation. The password never
-// appears in any error.
-func (d *socks5Dialer) authenticate(c net.Conn) error {
-	b := make([]byte, 0, 3+len(d.user)+len(d.pass))
-	b = append(b, rfc1929Version, byte(len(d.user)))
-	b = append(b, d.user...)
-	b = append(b, byte(len(d.pass)))
-	b = append(b, d.pass...)
+// negotiatePipelined sends the greeting, the RFC 1929 credentials and the
+// CONNECT request in one write, then reads the three answers in order. It
+// offers the one method it goes on to speak: username/password with
+// credentials, else none. A server that reads more than each step needs
+// and drops the rest never answers the CONNECT: the deadline then ends
+// the handshake as a timeout, with a detail that names the likely cause.
+func (d *socks5Dialer) negotiatePipelined(c net.Conn, req []byte) error {
+	method := byte(socks5AuthNone)
+	if d.hasAuth {
+		method = socks5AuthUser
+	}
+	b := make([]byte, 0, 3+3+len(d.user)+len(d.pass)+len(req))
+	b = append(b, socks5Version, 1, method)
+	if d.hasAuth {
+		b = d.appendAuth(b)
+	}
+	b = append(b, req...)
 	if _, err := c.Write(b); err != nil {
 		return err
 	}
+	got, err := readMethodReply(c)
+	switch {
+	case err != nil:
+		return err
+	case got == socks5AuthNoMatch:
+		return ErrNoAcceptableMethod
+	case got != method:
+		return fmt.Errorf("%w: socks5 proxy selected method %#x that was not offered", ErrMalformedReply, got)
+	}
+	if d.hasAuth {
+		if err := readAuthReply(c); err != nil {
+			return pipelineHint(err)
+		}
+	}
+	if _, err := readConnectReply(c); err != nil {
+		return pipelineHint(err)
+	}
+	return nil
+}
+
+// pipelineHint adds the likely cause to a deadline hit after the method
+// reply of a pipelined handshake: the server dropped what followed it.
+func pipelineHint(err error) error {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return fmt.Errorf("%w (no answer after the method selection: the proxy may not accept pipeline = true)", err)
+	}
+	return err
+}
+
+// authenticate runs the RFC 1929 sub-negotiation. The password never
+// appears in any error.
+func (d *socks5Dialer) authenticate(c net.Conn) error {
+	if _, err := c.Write(d.appendAuth(make([]byte, 0, 3+len(d.user)+len(d.pass)))); err != nil {
+		return err
+	}
 	return readAuthReply(c)
+}
+
+// appendAuth appends the RFC 1929 username/password request to b.
+func (d *socks5Dialer) appendAuth(b []byte) []byte {
+	b = append(b, rfc1929Version, byte(len(d.user)))
+	b = append(b, d.user...)
+	b = append(b, byte(len(d.pass)))
+	return append(b, d.pass...)
 }
 
 // readMethodReply reads the method selection message (RFC 1928 §3).

@@ -22,6 +22,11 @@ type Spec struct {
 	Weight   int      // for the weighted strategy; default 1, at most 1,000,000
 	MaxConns int      // concurrent tunnels; 0 = unlimited
 	Rate     float64  // new tunnels per second; 0 = unlimited
+	// Pipeline (socks5 only) sends the greeting, RFC 1929 credentials and
+	// CONNECT in one write: one round trip per tunnel instead of two (three
+	// with credentials). Only for servers that read exactly what each step
+	// needs (dante does; microsocks drops the rest and the handshake times out).
+	Pipeline bool
 }
 
 // Identity returns the key that identifies an upstream across reloads and
@@ -97,6 +102,8 @@ type Endpoint struct {
 	clock   health.Clock // the pool's, for latency samples
 	rec     *health.Record
 	limit   *rateLimiter // nil when Rate is 0
+	// pipeline is Spec.Pipeline, built into dialer; kept to notice a change.
+	pipeline bool
 }
 
 // load is the mutable per-identity state of an endpoint, shared by every

@@ -257,11 +257,13 @@ func (p *Pool) Update(specs []Spec) (added, removed []string, err error) {
 			next = append(next, old)
 			continue
 		}
-		d, err := NewDialer(s.URL, p.dialCfg)
+		dc := p.dialCfg
+		dc.SOCKS5Pipeline = s.Pipeline
+		d, err := NewDialer(s.URL, dc)
 		if err != nil {
 			return nil, nil, err
 		}
-		e := &Endpoint{Name: names[i], Key: key, URL: s.URL, Tags: s.Tags, Weight: w, MaxConns: s.MaxConns, Rate: s.Rate, dialer: d, clock: p.clock, dialGen: p.dialGen}
+		e := &Endpoint{Name: names[i], Key: key, URL: s.URL, Tags: s.Tags, Weight: w, MaxConns: s.MaxConns, Rate: s.Rate, dialer: d, clock: p.clock, dialGen: p.dialGen, pipeline: s.Pipeline}
 		switch {
 		case old != nil:
 			// Open tunnels keep counting against the same identity.
@@ -299,7 +301,7 @@ func (p *Pool) Update(specs []Spec) (added, removed []string, err error) {
 // included) under the name name and weight w, so it can be kept as is.
 func (e *Endpoint) same(s Spec, name string, w int) bool {
 	return e.Name == name && e.URL.String() == s.URL.String() && slices.Equal(e.Tags, s.Tags) &&
-		e.Weight == w && e.MaxConns == s.MaxConns && e.Rate == s.Rate
+		e.Weight == w && e.MaxConns == s.MaxConns && e.Rate == s.Rate && e.pipeline == s.Pipeline
 }
 
 // specNames returns each spec's display name: its own, else host:port, or
