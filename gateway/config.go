@@ -383,6 +383,10 @@ func (u UpstreamConfig) spec() (upstream.Spec, error) {
 	}
 	pu, err := url.Parse(raw)
 	if err != nil {
+		if r := redactURL(raw); strings.HasSuffix(r, ":"+redacted) && !strings.Contains(r, "@") {
+			// scheme://host:port:user:pass, a list-file line pasted here.
+			return upstream.Spec{}, fmt.Errorf("upstream %q: want scheme://user:pass@host:port (host:port:user:pass is a list-file format)", r)
+		}
 		return upstream.Spec{}, fmt.Errorf("upstream: invalid url %q", redactURL(raw))
 	}
 	if pu.Opaque != "" {

@@ -863,6 +863,7 @@ func TestHardenConfigErrorsRedacted(t *testing.T) {
 		"unsupported scheme":       "ftp://u:" + canaryUpstreamPW + "@10.0.0.1:21",
 		"seller user:pass@host":    "scraper:" + canaryUpstreamPW + "@10.0.0.1:1080",
 		"seller host:port:user:pw": "10.0.0.1:1080:scraper:" + canaryUpstreamPW,
+		"seller line with scheme":  "socks5://10.0.0.1:1080:scraper:" + canaryUpstreamPW,
 		"space in password":        "socks5://u:a " + canaryUpstreamPW + "@10.0.0.1:1080",
 		"control char in password": "socks5://u:\t" + canaryUpstreamPW + "@10.0.0.1:1080",
 		"duplicate of a good one":  "socks5://u:" + canaryUpstreamPW + "@10.0.0.9:1080",

@@ -26,7 +26,7 @@ const minSecretLen = 3
 // user pastes those into [[upstream]] url as well:
 //
 //	user:pass@host:port     → xxxxx@host:port
-//	host:port:user:pass     → host:port:xxxxx
+//	host:port:user:pass     → host:port:xxxxx (also after scheme://)
 //
 // A string with none of these shapes is returned unchanged.
 func redactURL(raw string) string {
@@ -87,7 +87,8 @@ func redactAuthority(s string) string {
 	}
 	at := strings.LastIndex(s[:end], "@")
 	if at < 0 {
-		return s
+		// scheme://host:port:user:pass, a seller line behind a scheme.
+		return redactHostPortUserPass(s[:end]) + s[end:]
 	}
 	user, _, hasPass := strings.Cut(s[:at], ":")
 	if !hasPass {

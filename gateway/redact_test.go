@@ -23,6 +23,8 @@ func TestRedactURL(t *testing.T) {
 		{"seller user:pass@host:port", "scraper:canary-pw-1234@10.0.0.1:1080", "xxxxx@10.0.0.1:1080"},
 		{"seller host:port:user:pass", "10.0.0.1:1080:scraper:canary-pw-1234", "10.0.0.1:1080:xxxxx"},
 		{"seller ipv6 host:port:user:pass", "[2001:db8::1]:1080:u:canary", "[2001:db8::1]:1080:xxxxx"},
+		{"seller line behind a scheme", "socks5://10.0.0.1:1080:scraper:canary-pw-1234", "socks5://10.0.0.1:1080:xxxxx"},
+		{"the same with a path", "http://10.0.0.1:80:u:canary/x", "http://10.0.0.1:80:xxxxx/x"},
 		{"plain host:port", "10.0.0.1:1080", "10.0.0.1:1080"},
 		{"bracketed host:port", "[::1]:1080", "[::1]:1080"},
 		{"empty", "", ""},

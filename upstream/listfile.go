@@ -110,7 +110,17 @@ func readLine(br *bufio.Reader) (line []byte, tooLong bool, err error) {
 }
 
 func parseListLine(s, defaultScheme string) (*url.URL, error) {
-	if strings.Contains(s, "://") {
+	if scheme, rest, ok := strings.Cut(s, "://"); ok {
+		// scheme://host:port:user:pass, as some tools export a list: not a
+		// URL (its "port" would be port:user:pass), so it is read as the
+		// seller format with that scheme.
+		if sc := strings.ToLower(scheme); listSchemes[sc] {
+			if host, r, err := cutHost(rest); err == nil && !strings.Contains(host, "@") {
+				if port, creds, ok := strings.Cut(r, ":"); ok && isDigits(port) && creds != "" {
+					return parseListLine(rest, sc)
+				}
+			}
+		}
 		return parseListURL(s)
 	}
 	var user, pass, hostport string
@@ -155,6 +165,22 @@ func parseListLine(s, defaultScheme string) (*url.URL, error) {
 		u.User = url.UserPassword(user, pass)
 	}
 	return u, nil
+}
+
+// dropQuoted removes the double-quoted parts of s (and the space before
+// each): `invalid port ":80:u:pw" after host` becomes `invalid port after host`.
+func dropQuoted(s string) string {
+	for {
+		i := strings.IndexByte(s, '"')
+		if i < 0 {
+			return s
+		}
+		j := strings.IndexByte(s[i+1:], '"')
+		if j < 0 {
+			return strings.TrimSpace(s[:i])
+		}
+		s = strings.TrimRight(s[:i], " ") + s[i+1+j+1:]
+	}
 }
 
 func isDigits(s string) bool {
@@ -224,7 +250,9 @@ func parseListURL(s string) (*url.URL, error) {
 		var ue *url.Error
 		msg := "invalid URL"
 		if errors.As(err, &ue) {
-			msg = "invalid URL: " + ue.Err.Error()
+			// net/url quotes the offending part ("invalid port \":80:u:pw\"
+			// after host"), which can hold a password: drop what it quotes.
+			msg = "invalid URL: " + dropQuoted(ue.Err.Error())
 		}
 		if userinfo != "" {
 			msg = strings.ReplaceAll(msg, userinfo, "xxxxx")

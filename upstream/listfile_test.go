@@ -23,6 +23,8 @@ func TestParseList(t *testing.T) {
 		"   # indented comment",                      // 12
 		"socks5h://h.example:1080",                   // 13
 		"10.0.0.6:8080:user:",                        // 14 empty password
+		"socks5://10.0.0.7:1080:gina:pw7",            // 15 scheme + host:port:user:pass
+		"SOCKS5://[2001:db8::3]:1080:hank:pw:8",      // 16 the same, IPv6, ':' in the password
 	}, "\n")
 	want := []struct {
 		line int
@@ -39,6 +41,8 @@ func TestParseList(t *testing.T) {
 		{11, "https://frank:pw6@proxy.example:443"},
 		{13, "socks5h://h.example:1080"},
 		{14, "http://user:@10.0.0.6:8080"},
+		{15, "socks5://gina:pw7@10.0.0.7:1080"},
+		{16, "socks5://hank:pw%3A8@[2001:db8::3]:1080"},
 	}
 	got, errs := ParseList(strings.NewReader(in), "http")
 	if len(errs) != 0 {
@@ -84,6 +88,9 @@ func TestParseListErrors(t *testing.T) {
 		{"[::1:1080", "missing ']'"},
 		{"[::1]1080", "missing port"},
 		{"u:" + pw + "@bad host:80", "invalid host"},
+		{"socks5://10.0.0.1:1080:useronly", "only a user"},
+		{"ftp://10.0.0.1:21:u:" + pw, "invalid URL"}, // not a list scheme: read as a URL, port not echoed
+		{"http://10.0.0.1:80x:u:" + pw, "invalid URL"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.line, func(t *testing.T) {
