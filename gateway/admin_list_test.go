@@ -289,7 +289,7 @@ func TestAddedUpstreamsLogged(t *testing.T) {
 		!strings.Contains(logs.String(), `{"level":"info","upstream":"127.0.0.2:1080","to":"probe_allowed","message":"upstream added"}`) {
 		t.Errorf("3 added: %d lines, want one each with its state:\n%s", n, logs)
 	}
-	srv, logs := newGateway(t, "rotor.toml", pool(addedLogEach+1))
+	srv, logs := newGateway(t, "rotor.toml", pool(changedLogEach+1))
 	if strings.Contains(logs.String(), `{"level":"info","upstream":`) ||
 		!strings.Contains(logs.String(), `{"level":"info","upstreams":21,"first":["127.0.0.1:1080","127.0.0.2:1080","127.0.0.3:1080","127.0.0.4:1080","127.0.0.5:1080"],"probe_allowed":20,"disabled":1,"message":"upstreams added"}`) {
 		t.Errorf("21 added: want one summary line:\n%s", logs)
@@ -308,7 +308,7 @@ func TestAddedUpstreamsLogged(t *testing.T) {
 		}
 		return logs.String()[start:]
 	}
-	out := reload(pool(addedLogEach + 3)) // two added
+	out := reload(pool(changedLogEach + 3)) // two added
 	if strings.Count(out, `"message":"upstream added"`) != 2 {
 		t.Errorf("2 added by a reload:\n%s", out)
 	}
