@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"time"
@@ -73,6 +74,10 @@ func NewDialer(u *url.URL, cfg DialConfig) (proxy.ContextDialer, error) {
 		return nil, fmt.Errorf("upstream %s: pipeline applies to socks5 upstreams only", u.Redacted())
 	}
 	pd := proxyDialer{addr: u.Host, host: u.Hostname(), cfg: cfg}
+	if _, err := netip.ParseAddr(pd.host); err != nil {
+		port, _ := strconv.ParseUint(u.Port(), 10, 16) // checked by checkProxyHostPort
+		pd.names, pd.port = newHostCache(pd.host), uint16(port)
+	}
 	if u.User != nil {
 		pd.user = u.User.Username()
 		pd.pass, _ = u.User.Password()
@@ -127,13 +132,23 @@ type proxyDialer struct {
 	pass    string
 	hasAuth bool
 	cfg     DialConfig
+	// names resolves and keeps the proxy's addresses when host is a name
+	// (dial_host.go); nil for an IP literal.
+	names *hostCache
+	port  uint16
 }
 
 // dialProxy makes the TCP connection to the proxy. Its errors are classified
 // with stage dial: refused, timeout, or upstream_error.
 func (p *proxyDialer) dialProxy(ctx context.Context, target string) (net.Conn, error) {
 	d := net.Dialer{Timeout: p.cfg.ConnectTimeout, KeepAlive: p.cfg.KeepAlive}
-	c, err := d.DialContext(ctx, "tcp", p.addr)
+	var c net.Conn
+	var err error
+	if p.names != nil {
+		c, err = dialHost(ctx, d, p.names, p.port, p.cfg.ConnectTimeout)
+	} else {
+		c, err = d.DialContext(ctx, "tcp", p.addr)
+	}
 	if err != nil {
 		return nil, failAt(err, health.StageDial, target)
 	}
