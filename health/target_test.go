@@ -243,6 +243,19 @@ func TestTargetSeenSkipsKeepRule(t *testing.T) {
 		return &Failure{Class: TargetUnreachable, Stage: StageTargetConnect, Target: host}
 	}
 	type recs struct{ bad, good, third *Record }
+	// goodReaches has good reach a and b n times, fresh/4 apart.
+	goodReaches := func(tr *Tracker, clk interface{ Advance(time.Duration) }, r recs, n int) {
+		for range n {
+			tr.SuccessTarget(r.good, "a.example")
+			tr.SuccessTarget(r.good, "b.example")
+			clk.Advance(fresh / 4)
+		}
+	}
+	// badFails has bad fail to reach a and b: the rule's two hosts.
+	badFails := func(tr *Tracker, r recs) {
+		tr.Fail(r.bad, tf("a.example"))
+		tr.Fail(r.bad, tf("b.example"))
+	}
 	tests := []struct {
 		name string
 		run  func(tr *Tracker, clk interface{ Advance(time.Duration) }, r recs)
@@ -251,33 +264,18 @@ func TestTargetSeenSkipsKeepRule(t *testing.T) {
 		{"repeated successes keep refreshing", func(tr *Tracker, clk interface{ Advance(time.Duration) }, r recs) {
 			// Three minutes of successes every fresh/4: most are skipped,
 			// yet the table must not stay at the first one.
-			for range int(3 * time.Minute / (fresh / 4)) {
-				tr.SuccessTarget(r.good, "a.example")
-				tr.SuccessTarget(r.good, "b.example")
-				clk.Advance(fresh / 4)
-			}
-			tr.Fail(r.bad, tf("a.example"))
-			tr.Fail(r.bad, tf("b.example"))
+			goodReaches(tr, clk, r, int(3*time.Minute/(fresh/4)))
+			badFails(tr, r)
 		}, Cooling},
 		{"just inside the window, less the lag", func(tr *Tracker, clk interface{ Advance(time.Duration) }, r recs) {
-			for range 8 {
-				tr.SuccessTarget(r.good, "a.example")
-				tr.SuccessTarget(r.good, "b.example")
-				clk.Advance(fresh / 4)
-			}
+			goodReaches(tr, clk, r, 8)
 			clk.Advance(win - fresh - fresh/4 - time.Nanosecond) // last success + win - fresh - 1ns
-			tr.Fail(r.bad, tf("a.example"))
-			tr.Fail(r.bad, tf("b.example"))
+			badFails(tr, r)
 		}, Cooling},
 		{"expired with the window", func(tr *Tracker, clk interface{ Advance(time.Duration) }, r recs) {
-			for range 8 {
-				tr.SuccessTarget(r.good, "a.example")
-				tr.SuccessTarget(r.good, "b.example")
-				clk.Advance(fresh / 4)
-			}
+			goodReaches(tr, clk, r, 8)
 			clk.Advance(win - fresh/4) // last success + win
-			tr.Fail(r.bad, tf("a.example"))
-			tr.Fail(r.bad, tf("b.example"))
+			badFails(tr, r)
 		}, Eligible},
 		{"a third record while two are recent", func(tr *Tracker, clk interface{ Advance(time.Duration) }, r recs) {
 			// bad and third fill a's pair; good's success is skipped. Later
@@ -289,8 +287,7 @@ func TestTargetSeenSkipsKeepRule(t *testing.T) {
 			tr.SuccessTarget(r.good, "a.example")
 			tr.SuccessTarget(r.good, "b.example")
 			clk.Advance(30 * time.Second) // bad's and third's successes expired
-			tr.Fail(r.bad, tf("a.example"))
-			tr.Fail(r.bad, tf("b.example"))
+			badFails(tr, r)
 		}, Cooling},
 		{"the failing record's own successes do not count", func(tr *Tracker, clk interface{ Advance(time.Duration) }, r recs) {
 			tr.SuccessTarget(r.good, "a.example")
@@ -300,8 +297,7 @@ func TestTargetSeenSkipsKeepRule(t *testing.T) {
 				tr.SuccessTarget(r.bad, "a.example")
 				tr.SuccessTarget(r.bad, "b.example")
 			}
-			tr.Fail(r.bad, tf("a.example"))
-			tr.Fail(r.bad, tf("b.example"))
+			badFails(tr, r)
 		}, Eligible},
 		{"a dropped host comes back at the next success", func(tr *Tracker, clk interface{ Advance(time.Duration) }, r recs) {
 			tr.SuccessTarget(r.good, "a.example")
@@ -310,8 +306,7 @@ func TestTargetSeenSkipsKeepRule(t *testing.T) {
 			}
 			tr.SuccessTarget(r.good, "a.example") // within fresh of the first: must not be skipped
 			tr.SuccessTarget(r.good, "b.example")
-			tr.Fail(r.bad, tf("a.example"))
-			tr.Fail(r.bad, tf("b.example"))
+			badFails(tr, r)
 		}, Cooling},
 	}
 	for _, tt := range tests {
