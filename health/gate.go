@@ -60,24 +60,6 @@ func (g *Gate) Known() (admit, ok bool) {
 // on an endpoint that is out.
 func (g *Gate) Shut() bool { return g.w.Load() == gateShut }
 
-// EligibleVia is Eligible for r, answered by g when g is bound to r and
-// knows.
-func (t *Tracker) EligibleVia(g *Gate, r *Record) bool {
-	if admit, ok := g.Known(); ok {
-		return admit
-	}
-	return t.Eligible(r)
-}
-
-// AdmitTargetVia is AdmitTarget for r, answered by g when g is bound to r
-// and knows (see Known).
-func (t *Tracker) AdmitTargetVia(g *Gate, r *Record, host string) bool {
-	if admit, ok := g.Known(); ok {
-		return admit
-	}
-	return t.AdmitTarget(r, host)
-}
-
 // askGate makes r's gate ask the tracker until the next publish: setState
 // into eligible uses it, since whether a ramp follows is decided after it
 // (readmit: startRamp publishes). Caller holds r.mu.
