@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -76,6 +77,18 @@ func TestStateFileRoundTrip(t *testing.T) {
 	data, _ := os.ReadFile(path)
 	if strings.Contains(string(data), canary) {
 		t.Errorf("state file contains the upstream password")
+	}
+	var doc struct {
+		Version int               `json:"version"`
+		Records []json.RawMessage `json:"records"`
+	}
+	if err := json.Unmarshal(data, &doc); err != nil || doc.Version != stateVersion || len(doc.Records) != 2 {
+		t.Fatalf("state file: version %d, %d records, err %v; want %d, 2 records:\n%s", doc.Version, len(doc.Records), err, stateVersion, data)
+	}
+	for _, rec := range doc.Records { // one compact record per line
+		if !strings.Contains(string(data), "\n    "+string(rec)) || bytes.Contains(rec, []byte("\n")) {
+			t.Errorf("record not on a line of its own: %s", rec)
+		}
 	}
 	if leftovers, _ := filepath.Glob(filepath.Join(filepath.Dir(path), ".*tmp*")); len(leftovers) > 0 {
 		t.Errorf("temporary files left: %v", leftovers)
