@@ -14,22 +14,30 @@ import (
 // the lines of each [[upstream_file]]. A bad list-file line is logged with
 // FILE:LINE and skipped, so one typo never drops the good lines; an
 // unreadable list file is an error.
-func (c *Config) Specs(log zerolog.Logger) ([]upstream.Spec, error) {
-	specs, problems, err := c.specs()
+// It also returns how many upstreams each list file gave.
+func (c *Config) Specs(log zerolog.Logger) ([]upstream.Spec, []ListCount, error) {
+	specs, lists, problems, err := c.specs()
 	for _, p := range problems {
 		log.Warn().Str("err", p.Error()).Msg("upstream list line skipped")
 	}
-	return specs, err
+	return specs, lists, err
+}
+
+// ListCount is how many upstreams one [[upstream_file]] gave.
+type ListCount struct {
+	Path string // as opened (relative to the config file's directory)
+	N    int
 }
 
 // specs is Specs without logging: it returns skipped lines as problems.
-func (c *Config) specs() ([]upstream.Spec, []ConfigError, error) {
+func (c *Config) specs() ([]upstream.Spec, []ListCount, []ConfigError, error) {
 	var specs []upstream.Spec
 	var problems []ConfigError
+	var lists []ListCount
 	for _, u := range c.Upstreams {
 		s, err := u.spec()
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		specs = append(specs, s)
 	}
@@ -41,7 +49,7 @@ func (c *Config) specs() ([]upstream.Spec, []ConfigError, error) {
 		path := c.resolve(f.Path)
 		fh, err := os.Open(path)
 		if err != nil {
-			return nil, nil, fmt.Errorf("upstream_file: %w", err)
+			return nil, nil, nil, fmt.Errorf("upstream_file: %w", err)
 		}
 		scheme := f.Scheme
 		if scheme == "" {
@@ -49,6 +57,7 @@ func (c *Config) specs() ([]upstream.Spec, []ConfigError, error) {
 		}
 		entries, lineErrs := upstream.ParseList(fh, scheme)
 		fh.Close()
+		from := len(specs)
 		for _, le := range lineErrs {
 			problems = append(problems, ConfigError{File: path, Line: le.Line, Msg: le.Err.Error()})
 		}
@@ -69,10 +78,14 @@ func (c *Config) specs() ([]upstream.Spec, []ConfigError, error) {
 			seen[k] = true
 			specs = append(specs, upstream.Spec{URL: e.URL, Tags: f.Tags, Pipeline: f.Pipeline})
 		}
+		lists = append(lists, ListCount{Path: path, N: len(specs) - from})
 	}
 	nameDefaults(specs)
-	return specs, problems, nil
+	return specs, lists, problems, nil
 }
+
+// emptyListMsg describes a list file that gave no upstreams.
+const emptyListMsg = "no upstreams in this list file (empty, only comments, or no usable line)"
 
 // resolve makes a list-file path relative to the config file's directory.
 func (c *Config) resolve(p string) string {
@@ -122,9 +135,14 @@ func nameDefaults(specs []upstream.Spec) {
 // at run time these lines are skipped with a warning, -check fails on
 // them).
 func (c *Config) CheckLists() error {
-	_, problems, err := c.specs()
+	_, lists, problems, err := c.specs()
 	if err != nil {
 		return ConfigErrors{{File: c.path, Line: 0, Msg: err.Error()}}
+	}
+	for _, l := range lists {
+		if l.N == 0 {
+			problems = append(problems, ConfigError{File: l.Path, Msg: emptyListMsg})
+		}
 	}
 	if len(problems) > 0 {
 		return ConfigErrors(problems)

@@ -32,7 +32,7 @@ pipeline = true
 	if err != nil {
 		t.Fatal(err)
 	}
-	specs, problems, err := cfg.specs()
+	specs, _, problems, err := cfg.specs()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -48,11 +48,12 @@ type Server struct {
 	h1            h1Front  // the HTTP proxy front's connections
 	hijackRelease sync.Map // net.Conn → func(): slot of a hijacked conn, until its tunnel ends
 
-	mu        sync.Mutex // guards listeners and servers
-	listeners map[string]net.Listener
-	servers   []*http.Server
-	wg        sync.WaitGroup // accept loops, conn handlers, prober
-	tunnelWG  sync.WaitGroup // relays of established tunnels
+	listCounts map[string]int // upstreams per list file in the running config (apply; Reload is serialised)
+	mu         sync.Mutex     // guards listeners and servers
+	listeners  map[string]net.Listener
+	servers    []*http.Server
+	wg         sync.WaitGroup // accept loops, conn handlers, prober
+	tunnelWG   sync.WaitGroup // relays of established tunnels
 }
 
 // Options are the non-config dependencies of a Server.
@@ -106,7 +107,11 @@ func New(cfg *Config, opt Options) (*Server, error) {
 		s.metrics.reg.MustRegister(s.fleet.Collector())
 	}
 	s.limits = newConnLimits(cfg.Listen.MaxConnections, cfg.Listen.MaxConnectionsPerIP)
-	if err := s.apply(cfg); err != nil {
+	specs, lists, err := s.upstreamSpecs(cfg)
+	if err != nil {
+		return fail(err)
+	}
+	if err := s.apply(cfg, specs, lists); err != nil {
 		return fail(err)
 	}
 	return s, nil
@@ -129,18 +134,42 @@ func trackerConfig(cfg *Config) health.Config {
 	}
 }
 
-// apply installs cfg's upstreams and credentials.
-func (s *Server) apply(cfg *Config) error {
-	specs, err := cfg.Specs(s.log)
+// upstreamSpecs reads cfg's upstreams, list files included. A list file
+// that gave upstreams under the running config and gives none now is an
+// error: an empty or unreadable-looking list is far more often a file
+// caught mid-write, or a generator that failed, than a wish to drop
+// every proxy in it, and refusing it keeps the running pool and its
+// records (removing the [[upstream_file]] drops a list). At start, or for
+// a list that was empty before too, it is a warning.
+func (s *Server) upstreamSpecs(cfg *Config) ([]upstream.Spec, map[string]int, error) {
+	specs, lists, err := cfg.Specs(s.log)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
+	counts := make(map[string]int, len(lists))
+	for _, l := range lists {
+		counts[l.Path] = l.N
+		if l.N > 0 {
+			continue
+		}
+		if had := s.listCounts[l.Path]; had > 0 {
+			return nil, nil, fmt.Errorf("upstream_file %s: %s; it gave %d upstreams until now, so the running list stays (remove the [[upstream_file]] to drop it)", l.Path, emptyListMsg, had)
+		}
+		s.log.Warn().Str("file", l.Path).Msg("upstream_file: " + emptyListMsg)
+	}
+	return specs, counts, nil
+}
+
+// apply installs cfg's upstreams (specs, from upstreamSpecs) and
+// credentials.
+func (s *Server) apply(cfg *Config, specs []upstream.Spec, lists map[string]int) error {
 	before := s.statesByName()
 	added, removed, err := s.pool.Update(specs)
 	if err != nil {
 		return err
 	}
 	s.logApplied(cfg, added, removed, before)
+	s.listCounts = lists
 	s.pruneTransports()
 	s.auth.Store(newAuthenticator(cfg.Clients))
 	s.cfg.Store(cfg)
@@ -300,6 +329,12 @@ func (s *Server) Shutdown(ctx context.Context) error {
 // Listener addresses cannot change without a restart; that is reported.
 func (s *Server) Reload(cfg *Config) error {
 	old := s.cfg.Load()
+	// Everything that can refuse the new config is read before anything
+	// changes, so a refused reload leaves the old config whole.
+	specs, lists, err := s.upstreamSpecs(cfg)
+	if err != nil {
+		return err
+	}
 	if old.Listen.SOCKS5 != cfg.Listen.SOCKS5 || old.Listen.HTTP != cfg.Listen.HTTP || old.Listen.Admin != cfg.Listen.Admin {
 		s.log.Warn().Msg("reload: listener addresses changed; they take effect after a restart")
 	}
@@ -312,7 +347,7 @@ func (s *Server) Reload(cfg *Config) error {
 	if old.Cluster != cfg.Cluster {
 		s.log.Warn().Msg("reload: [cluster] changed; it takes effect after a restart")
 	}
-	if err := s.apply(cfg); err != nil {
+	if err := s.apply(cfg, specs, lists); err != nil {
 		return err
 	}
 	if s.fleet != nil {
