@@ -98,6 +98,9 @@ func (t *Tracker) Run(ctx context.Context) error {
 				}
 			case kindTarget:
 				wake = true
+			case kindForget:
+				t.forget(now)
+				again = true // it may have scheduled the next sweep
 			}
 		}
 		if wake {

@@ -17,6 +17,8 @@ const (
 	kindRamp
 	// kindTarget: a per-target cooldown ended; wake waiters.
 	kindTarget
+	// kindForget: removed records past goneKeep are forgotten (no rec).
+	kindForget
 )
 
 // item is one deadline for the prober loop. epoch ties it to the record

@@ -202,6 +202,14 @@ func (t *Tracker) Restore(key string, s Snapshot) bool {
 	if r == nil {
 		return false
 	}
+	return t.restore(r, s, "restored from state file", false)
+}
+
+// restore applies s to r as Restore describes; with keepEligible an
+// eligible snapshot makes r eligible again (the upstream that left the
+// config moments ago was serving: see Tracker.Add). It reports false when
+// r was removed meanwhile.
+func (t *Tracker) restore(r *Record, s Snapshot, detail string, keepEligible bool) bool {
 	now := t.clock.Now()
 	wnow := wall(now)
 	maxTargets := t.settings().cfg.MaxTargets
@@ -247,7 +255,6 @@ func (t *Tracker) Restore(key string, s Snapshot) bool {
 	r.publish()
 
 	cur := State(r.state.Load())
-	const detail = "restored from state file"
 	switch left := s.Until.Sub(wnow); {
 	case s.State == Disabled:
 		if cur != Disabled {
@@ -258,6 +265,12 @@ func (t *Tracker) Restore(key string, s Snapshot) bool {
 		r.deadline, r.until = now.Add(left), s.Until
 		t.setState(r, now, Cooling, s.Reason, s.Stage, detail, nil, &e)
 		e.items = append(e.items, item{at: r.deadline, rec: r, epoch: r.epoch, kind: kindProbe})
+	case s.State == Eligible && keepEligible:
+		if cur != Eligible {
+			r.deadline, r.until = time.Time{}, time.Time{}
+			t.setState(r, now, Eligible, s.Reason, s.Stage, detail, nil, &e)
+			r.publish()
+		}
 	case s.State == Cooling || s.State == ProbeAllowed:
 		if cur != ProbeAllowed {
 			r.deadline, r.until = time.Time{}, time.Time{}

@@ -2,6 +2,7 @@ package health
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"slices"
 	"strings"
@@ -67,9 +68,30 @@ type Tracker struct {
 	seen targetSeen
 
 	mu sync.RWMutex
-	// mu guards the field below.
+	// mu guards the fields below.
 	records map[string]*Record
+	gone    map[string]goneRecord // recently removed records, by key (see Add)
+	forgets bool                  // a kindForget item is scheduled
 }
+
+// goneRecord is what Remove keeps of a record for goneKeep: an upstream
+// back in the config by then gets its record back (Add).
+type goneRecord struct {
+	snap           Snapshot
+	configDisabled bool
+	at             time.Time // tracker clock
+}
+
+// goneKeep is how long a removed record is remembered, and goneMax how
+// many are at most: a list file caught mid-write, an editor saving a
+// config in two writes, or a list generator's bad run takes upstreams out
+// for seconds, and their records (cooldowns, operator disables, history,
+// eligibility) must not be lost to it. Past goneKeep an upstream that
+// returns is new.
+const (
+	goneKeep = 15 * time.Minute
+	goneMax  = 200_000
+)
 
 // NewTracker returns a tracker for cfg (copied, defaults filled). A nil
 // clock means real time. cfg should have passed Validate; an unusable probe
@@ -84,6 +106,7 @@ func NewTracker(cfg Config, clock Clock, log zerolog.Logger) *Tracker {
 		log:     log,
 		kick:    make(chan struct{}, 1),
 		records: map[string]*Record{},
+		gone:    map[string]goneRecord{},
 	}
 	t.set.Store(newSettings(cfg))
 	ch := make(chan struct{})
@@ -135,6 +158,9 @@ func (t *Tracker) Add(key, name string, d Dialer, disabled bool) *Record {
 		}
 		return r
 	}
+	g, back := t.gone[key]
+	delete(t.gone, key)
+	back = back && t.clock.Now().Sub(g.at) < goneKeep
 	s := t.settings()
 	r := newRecord(key, name, d, s.cfg.HistoryLen)
 	var e effects
@@ -159,7 +185,30 @@ func (t *Tracker) Add(key, name string, d Dialer, disabled bool) *Record {
 	t.mu.Unlock()
 	t.version.Add(1)
 	t.apply(&e)
+	if back {
+		t.revive(r, g, disabled)
+	}
 	return r
+}
+
+// revive gives r, just added for an upstream that left the config less
+// than goneKeep ago, the record it had: counters, history, per-target
+// cooldowns and state (an eligible one serves at once, without a probe:
+// leaving the config was not a failure). The config has the last word on
+// disabled: disabled in the config now keeps r disabled; a record that was
+// disabled by the config and is not any more starts as a new one would,
+// keeping only its counters and history.
+func (t *Tracker) revive(r *Record, g goneRecord, disabled bool) {
+	snap := g.snap
+	if disabled || g.configDisabled {
+		r.mu.Lock()
+		cur := State(r.state.Load())
+		reason, stage, detail := r.reason, r.stage, r.detail
+		r.mu.Unlock()
+		snap.State, snap.Reason, snap.Stage, snap.Detail, snap.Until = cur, reason, stage, detail, time.Time{}
+	}
+	ago := t.clock.Now().Sub(g.at).Round(time.Second)
+	t.restore(r, snap, fmt.Sprintf("back in the config %s after its removal: record kept", ago), true)
 }
 
 // Remove drops the record for key (the upstream left the config). It is
@@ -175,7 +224,9 @@ func (t *Tracker) Remove(key string) {
 	if !ok {
 		return
 	}
+	snap := t.Snapshot(r)
 	r.mu.Lock()
+	configDisabled := r.configDisabled
 	r.removed = true
 	r.epoch++
 	from := State(r.state.Load())
@@ -184,10 +235,57 @@ func (t *Tracker) Remove(key string) {
 	r.publish()
 	name := r.name
 	r.mu.Unlock()
+	t.remember(key, goneRecord{snap: snap, configDisabled: configDisabled, at: t.clock.Now()})
 	t.version.Add(1)
 	t.log.Debug().Str("upstream", name).Stringer("from", from).
 		Str("class", Operator.String()).Str("stage", StageOperator.String()).
 		Msg("upstream removed")
+}
+
+// remember keeps g for key (Remove), dropping what is past goneKeep when
+// goneMax is reached, and then arbitrary entries: a bound, not an order.
+func (t *Tracker) remember(key string, g goneRecord) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.gone) >= goneMax {
+		for k, old := range t.gone {
+			if g.at.Sub(old.at) >= goneKeep {
+				delete(t.gone, k)
+			}
+		}
+		for k := range t.gone {
+			if len(t.gone) < goneMax {
+				break
+			}
+			delete(t.gone, k)
+		}
+	}
+	t.gone[key] = g
+	if !t.forgets {
+		t.forgets = true
+		t.sched.push(item{at: g.at.Add(goneKeep), kind: kindForget})
+		t.kickProber()
+	}
+}
+
+// forget drops the removed records past goneKeep at now (Run, on a
+// kindForget item) and schedules the next sweep while any are left.
+func (t *Tracker) forget(now time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var next time.Time
+	for k, g := range t.gone {
+		switch end := g.at.Add(goneKeep); {
+		case !now.Before(end):
+			delete(t.gone, k)
+		case next.IsZero() || end.Before(next):
+			next = end
+		}
+	}
+	t.forgets = !next.IsZero()
+	if t.forgets {
+		t.sched.push(item{at: next, kind: kindForget})
+	}
 }
 
 // Lookup returns the record for key, or nil.

@@ -1,0 +1,103 @@
+package health
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestRemovedRecordComesBack: an upstream back in the config within
+// goneKeep gets its record back (a list caught mid-write must not turn a
+// cooldown, an operator's disable or eligibility into a fresh record);
+// past goneKeep it is new, and Run forgets what it kept.
+func TestRemovedRecordComesBack(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		prepare  func(tr *Tracker, r *Record)
+		disabled bool          // the re-added spec says disabled
+		away     time.Duration // between Remove and Add
+		want     State
+		wantKept bool // counters and history came back
+	}{
+		{"eligible serves at once", func(tr *Tracker, r *Record) { tr.Success(r) }, false, 5 * time.Second, Eligible, true},
+		{"cooling keeps its deadline", func(tr *Tracker, r *Record) {
+			tr.Fail(r, &Failure{Class: Refused, Stage: StageDial})
+		}, false, 5 * time.Second, Cooling, true},
+		{"operator disable stays", func(tr *Tracker, r *Record) { tr.Disable(r, "bad exit IPs") }, false, time.Minute, Disabled, true},
+		{"config now disables", func(tr *Tracker, r *Record) { tr.Success(r) }, true, time.Second, Disabled, true},
+		{"config disable lifted", func(tr *Tracker, r *Record) {
+			tr.Add("k", "up", nil, true) // disabled by the config, then removed
+		}, false, time.Second, ProbeAllowed, true},
+		{"past goneKeep it is new", func(tr *Tracker, r *Record) { tr.Disable(r, "bad exit IPs") }, false, goneKeep + time.Second, ProbeAllowed, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tr, clk := newFakeTracker(t, Config{Probe: ProbeConfig{URL: testProbeURL}})
+			r := tr.Add("k", "up", &pipeUpstream{}, false)
+			drive(t, tr) // first probe passes: eligible
+			if got := tr.Snapshot(r).State; got != Eligible {
+				t.Fatalf("start: %v", got)
+			}
+			tc.prepare(tr, r)
+			before := tr.Snapshot(r)
+			tr.Remove("k")
+			clk.Advance(tc.away)
+			r2 := tr.Add("k", "up", &pipeUpstream{}, tc.disabled)
+			if r2 == r {
+				t.Fatal("Add returned the removed record")
+			}
+			got := tr.Snapshot(r2)
+			if got.State != tc.want {
+				t.Fatalf("back after %v: %v (%s), want %v", tc.away, got.State, got.Detail, tc.want)
+			}
+			kept := got.Successes == before.Successes && len(got.History) >= len(before.History) && len(before.History) > 0
+			if kept != tc.wantKept {
+				t.Errorf("record kept = %v, want %v: before %+v after %+v", kept, tc.wantKept, before, got)
+			}
+			if tc.want == Cooling && !got.Until.Equal(before.Until) {
+				t.Errorf("cooling until %v, want %v", got.Until, before.Until)
+			}
+			if tc.want == Disabled && !tc.disabled && (got.Reason != Operator || !strings.Contains(got.History[len(got.History)-1].Detail, "back in the config")) {
+				t.Errorf("disabled record came back as %v, last history %+v", got.Reason, got.History[len(got.History)-1])
+			}
+		})
+	}
+}
+
+// TestRemovedRecordsForgotten: Run's sweep drops what Remove kept once
+// goneKeep has passed, so a replaced list does not hold memory.
+func TestRemovedRecordsForgotten(t *testing.T) {
+	tr, clk := newFakeTracker(t, Config{StartEligible: true})
+	for _, k := range []string{"a", "b"} {
+		tr.Add(k, k, nil, false)
+	}
+	tr.Remove("a")
+	clk.Advance(goneKeep / 2)
+	tr.Remove("b")
+	gone := func() int {
+		tr.mu.RLock()
+		defer tr.mu.RUnlock()
+		return len(tr.gone)
+	}
+	sweep := func() {
+		due, _, _ := tr.sched.popDue(clk.Now(), nil)
+		for _, it := range due {
+			if it.kind == kindForget {
+				tr.forget(clk.Now())
+			}
+		}
+	}
+	if sweep(); gone() != 2 {
+		t.Fatalf("%d kept before goneKeep, want 2", gone())
+	}
+	clk.Advance(goneKeep / 2)
+	if sweep(); gone() != 1 {
+		t.Fatalf("%d kept after a's goneKeep, want 1 (b)", gone())
+	}
+	clk.Advance(goneKeep / 2)
+	if sweep(); gone() != 0 {
+		t.Fatalf("%d kept after b's goneKeep, want 0", gone())
+	}
+	if tr.Add("a", "a", nil, false); tr.Snapshot(tr.Lookup("a")).State != Eligible || len(tr.Snapshot(tr.Lookup("a")).History) != 0 {
+		t.Error("a forgotten record came back with history")
+	}
+}
