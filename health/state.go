@@ -382,12 +382,28 @@ func (t *Tracker) disable(r *Record, detail string, byConfig bool) {
 // the permanent_after runs (an operator asked for a fresh try) but not the
 // cooldown streak (no probe has passed yet). Enabling an eligible or
 // probe_allowed record changes nothing.
-func (t *Tracker) Enable(r *Record) { t.enable(r, "enabled by operator") }
+func (t *Tracker) Enable(r *Record) { t.enable(r, "enabled by operator", false) }
 
-func (t *Tracker) enable(r *Record, detail string) {
+// CredentialsChanged tells the tracker that r's upstream credentials were
+// changed in the config. A record cooling, or disabled by permanent_after,
+// because the proxy rejected the old credentials is probed at once with
+// the new ones (as Enable would), instead of waiting out a cooldown the
+// change was meant to end. Other records are left alone: an operator's
+// disable stays.
+func (t *Tracker) CredentialsChanged(r *Record) {
+	t.enable(r, "credentials changed in the config", true)
+}
+
+// enable is Enable; with authOnly, only a record set aside for
+// auth_rejected (not by an operator or the config) is enabled.
+func (t *Tracker) enable(r *Record, detail string, authOnly bool) {
 	now := t.clock.Now()
 	var e effects
 	r.mu.Lock()
+	if authOnly && (r.reason != AuthRejected || r.configDisabled) {
+		r.mu.Unlock()
+		return
+	}
 	if s := State(r.state.Load()); (s == Disabled || s == Cooling) && !r.removed {
 		r.consec = [numClasses]int{}
 		r.after = [numClasses]int{}

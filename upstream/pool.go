@@ -279,6 +279,9 @@ func (p *Pool) Update(specs []Spec) (added, removed []string, err error) {
 			e.limit = newRateLimiter(s.Rate, p.clock)
 		}
 		e.rec = p.tr.Add(key, e.Name, d, s.Disabled)
+		if old != nil && old.URL.User.String() != s.URL.User.String() {
+			p.tr.CredentialsChanged(e.rec)
+		}
 		next = append(next, e)
 	}
 	for _, old := range p.set.Load().eps { // in pool order, so logs list them as the config did

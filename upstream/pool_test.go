@@ -101,7 +101,8 @@ func (tp *testPool) disable(t testing.TB, name string) {
 }
 
 func TestSessionStickyAndRehomed(t *testing.T) {
-	tp := newTestPool(t, PoolConfig{Strategy: "round-robin", WaitForUpstream: time.Millisecond}, nil, specs("a", "b", "c")...)
+	clock := healthtest.NewClock(time.Time{})
+	tp := newTestPool(t, PoolConfig{Strategy: "round-robin", WaitForUpstream: time.Millisecond, SessionTTL: time.Hour}, clock, specs("a", "b", "c")...)
 	s1 := Request{Addr: "example.com:443", Session: "s1"}
 	home := tp.use(t, s1)
 	for i := 0; i < 10; i++ {
@@ -127,8 +128,9 @@ func TestSessionStickyAndRehomed(t *testing.T) {
 		t.Errorf("log lacks the move %s:\n%s", want, logs)
 	}
 
-	// The old home recovers (here: re-added, so eligible again): the
-	// session does not jump back.
+	// The old home recovers (here: removed, and re-added after the
+	// tracker forgot it, so eligible again): the session does not jump
+	// back.
 	var rest []Spec
 	for _, s := range specs("a", "b", "c") {
 		if s.Name != home {
@@ -138,6 +140,7 @@ func TestSessionStickyAndRehomed(t *testing.T) {
 	if _, _, err := tp.Update(rest); err != nil {
 		t.Fatal(err)
 	}
+	clock.Advance(16 * time.Minute) // past health's memory of removed records
 	if _, _, err := tp.Update(specs("a", "b", "c")); err != nil {
 		t.Fatal(err)
 	}
