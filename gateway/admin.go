@@ -189,10 +189,24 @@ func (s *Server) serveOne(w http.ResponseWriter, r *http.Request, e *upstream.En
 }
 
 // serveDisable moves the upstream to disabled (reason operator). It stays
-// listed and keeps its counters and history.
+// listed and keeps its counters and history. An optional JSON body
+// {"detail": "why"} is kept in the history, so the next operator knows why.
 func (s *Server) serveDisable(w http.ResponseWriter, r *http.Request, e *upstream.Endpoint) {
-	s.tr.Disable(e.Record(), "disabled via admin API")
-	s.log.Info().Str("upstream", e.Name).Str("client", r.RemoteAddr).Msg("admin: upstream disabled")
+	var body struct {
+		Detail string `json:"detail"`
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxReportBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&body); err != nil && !errors.Is(err, io.EOF) {
+		writeError(w, http.StatusBadRequest, "invalid body: want no body or JSON {\"detail\": \"why\"}: "+err.Error())
+		return
+	}
+	detail := "disabled via admin API"
+	if d := cleanText(body.Detail, 200); d != "" {
+		detail += ": " + d
+	}
+	s.tr.Disable(e.Record(), detail)
+	s.log.Info().Str("upstream", e.Name).Str("client", r.RemoteAddr).Str("detail", detail).Msg("admin: upstream disabled")
 	writeJSON(w, http.StatusOK, s.record(e))
 }
 

@@ -313,6 +313,30 @@ func TestAdminDisableEnable(t *testing.T) {
 	}
 }
 
+// TestAdminDisableDetail: disable takes an optional {"detail"} kept in
+// the history (control characters dropped); a body that is not that JSON
+// is a 400 and changes nothing.
+func TestAdminDisableDetail(t *testing.T) {
+	f := newAdminFixture(t, adminConfig, fixedClock())
+	for _, body := range []string{"{not json", `{"reason": "x"}`, `["bad exit IPs"]`} {
+		code, hdr, out := f.do(t, "POST", "/api/upstreams/dc-1/disable", body)
+		if code != http.StatusBadRequest {
+			t.Errorf("disable with body %q: %d %s, want 400", body, code, out)
+		}
+		assertJSONError(t, hdr, out)
+	}
+	if rec := f.record(t, "dc-1"); rec["state"] == "disabled" {
+		t.Fatal("a refused disable request disabled the upstream")
+	}
+	if code, _, out := f.do(t, "POST", "/api/upstreams/dc-1/disable", `{"detail": "bad exit IPs\n{\"level\":\"error\"}"}`); code != http.StatusOK {
+		t.Fatalf("disable with a detail: %d %s", code, out)
+	}
+	hist := f.record(t, "dc-1")["history"].([]any)
+	if d := hist[len(hist)-1].(map[string]any)["detail"]; d != `disabled via admin API: bad exit IPs {"level":"error"}` {
+		t.Errorf("history detail %q", d)
+	}
+}
+
 func TestAdminReport(t *testing.T) {
 	tests := []struct {
 		name, body        string
