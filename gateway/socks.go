@@ -5,9 +5,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log"
 	"net"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -139,6 +142,12 @@ func (s *Server) refuseSOCKS(c net.Conn) {
 // code says what really happened, RFC 1928 section 6), and relays the
 // tunnel between the raw connections.
 //
+// rotor reads the greeting itself first, in full, and hands it to
+// go-socks5 with username/password moved to the front of the offered
+// methods, so that the method chosen does not depend on how the client's
+// bytes were cut into TCP segments (go-socks5 takes the first offered
+// method it supports, and curl and others list no-auth first).
+//
 // release frees the connection's limit slot: at return when no tunnel was
 // started, else when the tunnel ends.
 func (s *Server) serveSOCKS(c net.Conn, release func()) {
@@ -153,7 +162,14 @@ func (s *Server) serveSOCKS(c net.Conn, release func()) {
 	cfg := s.cfg.Load()
 	auth := s.auth.Load()
 	_ = c.SetDeadline(time.Now().Add(cfg.Listen.HandshakeTimeout))
-	cc := &socksConn{Conn: c, preferUserPass: true}
+	greeting, err := readGreeting(c)
+	if err != nil {
+		_ = c.Close()
+		s.socksHandshakeFailed(id, c, err)
+		return
+	}
+	preferMethod(greeting, 0x02)
+	cc := &socksConn{Conn: c, pre: greeting, captured: append([]byte(nil), greeting...)}
 	var user string
 	userPass := false // the client authenticated with RFC 1929 (maybe with an empty name)
 	creds := credentialFunc(func(u, p string) bool {
@@ -186,16 +202,55 @@ func (s *Server) serveSOCKS(c net.Conn, release func()) {
 	err = srv.ServeConn(cc)
 	if !handled {
 		_ = c.Close()
-		if err != nil && !errors.Is(err, io.EOF) {
-			s.log.Debug().Uint64("conn_id", id).Str("listener", "socks5").Str("client", c.RemoteAddr().String()).
-				Str("err", err.Error()).Msg("socks5 handshake failed")
-			s.metrics.tunnelDone("socks5", "handshake_error")
-		}
+		s.socksHandshakeFailed(id, c, err)
 	}
 }
 
+// socksHandshakeFailed logs and counts a client that did not get as far as
+// a request rotor could act on. A client that left before its first byte
+// is not worth a line.
+func (s *Server) socksHandshakeFailed(id uint64, c net.Conn, err error) {
+	if err == nil || errors.Is(err, io.EOF) {
+		return
+	}
+	s.log.Debug().Uint64("conn_id", id).Str("listener", "socks5").Str("client", c.RemoteAddr().String()).
+		Str("err", err.Error()).Msg("socks5 handshake failed")
+	s.metrics.tunnelDone("socks5", "handshake_error")
+}
+
+// readGreeting reads a SOCKS5 greeting in full: VER, NMETHODS, then
+// exactly NMETHODS bytes (RFC 1928 section 3), however the client's bytes
+// are segmented. With a version other than 5 it returns the two bytes read
+// and leaves the verdict to go-socks5.
+func readGreeting(r io.Reader) ([]byte, error) {
+	b := make([]byte, 2, 2+255)
+	if _, err := io.ReadFull(r, b); err != nil {
+		return nil, err
+	}
+	if b[0] != 5 {
+		return b, nil
+	}
+	b = b[:2+int(b[1])]
+	if _, err := io.ReadFull(r, b[2:]); err != nil {
+		return nil, fmt.Errorf("read greeting: %w", err)
+	}
+	return b, nil
+}
+
+// errBadTarget answers a SOCKS5 request whose domain name is neither a DNS
+// name nor an IP literal.
+var errBadTarget = errors.New("target is not a valid host name")
+
 // socksTunnel dials the target through the pool and starts the relay. It
 // reports whether a tunnel now owns c (and will call release).
+//
+// A target that is not a valid host (see validTargetHost) is answered
+// 0x04 host unreachable before any upstream is picked. The check for
+// rotor's own listeners comes first: it is string work only, and it
+// answers the empty host (the local system, to net.Dial) "not allowed".
+// While rotor waits for an upstream and dials, a clientWatch cancels the
+// dial when the client leaves, which the pool reports to health as
+// neither success nor failure.
 func (s *Server) socksTunnel(id uint64, c net.Conn, pending []byte, params userParams, addr string, release func()) bool {
 	start := time.Now()
 	if s.selfTarget(addr) {
@@ -204,9 +259,17 @@ func (s *Server) socksTunnel(id uint64, c net.Conn, pending []byte, params userP
 		s.logTunnel(id, "socks5", c, params.User, addr, nil, errSelfTarget, relayResult{}, start)
 		return false
 	}
+	if host, _, err := net.SplitHostPort(addr); err != nil || !validTargetHost(host) {
+		_, _ = c.Write(socksReply(repHostUnreachable, nil))
+		_ = c.Close()
+		s.logTunnel(id, "socks5", c, params.User, strconv.QuoteToASCII(addr), nil, errBadTarget, relayResult{}, start)
+		return false
+	}
 	req := upstream.Request{Addr: addr, Tags: params.Tags, Session: params.Session}
 	ctx, cancel := context.WithCancel(s.ctx)
+	w := watchClient(c, cancel)
 	lease, err := s.pool.Dial(ctx, req)
+	w.stop()
 	cancel()
 	if err != nil {
 		_, _ = c.Write(socksReply(socksCode(err), nil))
@@ -217,6 +280,52 @@ func (s *Server) socksTunnel(id uint64, c net.Conn, pending []byte, params userP
 	_, _ = c.Write(socksReply(repSuccess, lease.Conn.LocalAddr()))
 	s.runTunnel(id, "socks5", c, lease, pending, addr, params.User, start, release)
 	return true
+}
+
+// clientWatch cancels a SOCKS5 request's dial when its client leaves
+// while rotor waits for an upstream or dials, as the HTTP front does for
+// its requests: every h1ClientCheck it peeks at the socket (clientGone
+// consumes nothing, so data the client sent after its request stays
+// queued for the tunnel). Its timer goroutine is owned by the watch: once
+// stop returns, a check that fires finds done set and returns at once.
+type clientWatch struct {
+	c      net.Conn
+	cancel context.CancelFunc
+
+	mu   sync.Mutex // guards the fields below
+	t    *time.Timer
+	done bool
+}
+
+// watchClient starts watching c; stop it with stop.
+func watchClient(c net.Conn, cancel context.CancelFunc) *clientWatch {
+	w := &clientWatch{c: c, cancel: cancel}
+	w.mu.Lock()
+	w.t = time.AfterFunc(h1ClientCheck, w.check)
+	w.mu.Unlock()
+	return w
+}
+
+func (w *clientWatch) check() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.done {
+		return
+	}
+	if clientGone(w.c) {
+		w.done = true
+		w.cancel()
+		return
+	}
+	w.t.Reset(h1ClientCheck)
+}
+
+// stop ends the watch; c is not touched after it returns.
+func (w *clientWatch) stop() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.done = true
+	w.t.Stop()
 }
 
 // socksReply encodes a reply with BND.ADDR from bind (0.0.0.0:0 when nil).
@@ -249,15 +358,15 @@ func (noResolve) Resolve(ctx context.Context, name string) (context.Context, net
 	return ctx, nil, nil
 }
 
-// socksConn is the client connection as go-socks5 sees it. It records the
-// bytes go-socks5 reads during the handshake, so that bytes a client sent
-// right after its request (pipelined data) are not lost in go-socks5's
-// buffer, and it lets the client's username/password method win over
-// no-auth when both are offered, so username parameters arrive. Once rotor
-// takes over (hijack) go-socks5's writes and close are swallowed.
+// socksConn is the client connection as go-socks5 sees it. Its reads
+// start with the greeting rotor already read (pre), then go to the
+// socket. It records the bytes go-socks5 reads during the handshake, so
+// that bytes a client sent right after its request (pipelined data) are
+// not lost in go-socks5's buffer. Once rotor takes over (hijack)
+// go-socks5's writes and close are swallowed.
 type socksConn struct {
 	net.Conn
-	preferUserPass bool
+	pre []byte // read only by go-socks5's goroutine, the one Read caller
 
 	mu       sync.Mutex // guards the fields below
 	captured []byte
@@ -265,12 +374,14 @@ type socksConn struct {
 }
 
 func (c *socksConn) Read(p []byte) (int, error) {
+	if len(c.pre) > 0 {
+		n := copy(p, c.pre)
+		c.pre = c.pre[n:]
+		return n, nil // captured already holds it
+	}
 	n, err := c.Conn.Read(p)
 	if n > 0 {
 		c.mu.Lock()
-		if len(c.captured) == 0 && c.preferUserPass {
-			preferMethod(p[:n], 0x02)
-		}
 		if !c.hijacked && len(c.captured) < 64<<10 {
 			c.captured = append(c.captured, p[:n]...)
 		}
@@ -360,7 +471,8 @@ func socksHandshakeLen(b []byte, userPass bool) int {
 
 // preferMethod moves method m to the front of a SOCKS5 greeting's method
 // list when the client offers it. go-socks5 takes the first offered method
-// it supports, and curl and others list no-auth first.
+// it supports, and curl and others list no-auth first. b must hold the
+// whole greeting (readGreeting), else it is left as it is.
 func preferMethod(b []byte, m byte) {
 	if len(b) < 2 || b[0] != 5 || len(b) < 2+int(b[1]) {
 		return
@@ -373,4 +485,37 @@ func preferMethod(b []byte, m byte) {
 			return
 		}
 	}
+}
+
+// validTargetHost reports whether host, the target of a SOCKS5 request,
+// is an IP literal or a DNS name: labels of 1 to 63 letters, digits, '-'
+// or '_' separated by dots, at most 253 bytes (plus an optional root
+// dot). Anything else (CR, LF, space, NUL, '/', '@', '%'...) would travel
+// verbatim into the CONNECT request rotor writes to an HTTP upstream.
+func validTargetHost(host string) bool {
+	if net.ParseIP(host) != nil {
+		return true
+	}
+	host = strings.TrimSuffix(host, ".")
+	if host == "" || len(host) > 253 {
+		return false
+	}
+	label := 0
+	for i := 0; i < len(host); i++ {
+		switch b := host[i]; {
+		case b == '.':
+			if label == 0 {
+				return false
+			}
+			label = 0
+		case 'a' <= b && b <= 'z', 'A' <= b && b <= 'Z', '0' <= b && b <= '9', b == '-', b == '_':
+			label++
+			if label > 63 {
+				return false
+			}
+		default:
+			return false
+		}
+	}
+	return true
 }
