@@ -38,10 +38,14 @@ var bufPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }
 // closes both (closing twice is harmless; ownership ends here). pending are client bytes already read (pipelined
 // after the handshake) that must reach the upstream first.
 //
-// After each side's first chunk it hands over to io.Copy between the raw
-// connections, so Linux splice(2) moves the bulk without a user-space copy;
-// only the first read of each direction is done here, to time the first
-// byte for slow_body detection without a per-byte wrapper.
+// Once the upstream side has answered (the first byte is timed), each
+// direction hands over to io.Copy between the raw connections, so Linux
+// splice(2) moves the bulk without a user-space copy. Until then the
+// client→upstream direction copies burst by burst through a pooled buffer
+// and stamps each burst: the first-byte deadline counts from the client's
+// last byte sent upstream, not its first, because a server legitimately
+// waits for the end of an upload (the stamp is one clock read per burst,
+// and the deadline is only moved when it runs out).
 //
 // report receives a slow-body failure the moment the watchdog sees it; a
 // first-byte failure is returned in the result.
@@ -58,6 +62,8 @@ func relay(client, up net.Conn, pending []byte, slow SlowBodyConfig, idle time.D
 	var mu sync.Mutex // orders the first-byte deadline between the two directions
 	var gotFirst atomic.Bool
 	var sentAt time.Time
+	base := time.Now()
+	var lastSent atomic.Int64 // since base: the client's last burst was written upstream
 
 	armFirstByte := func() {
 		if slow.FirstByte <= 0 {
@@ -70,32 +76,61 @@ func relay(client, up net.Conn, pending []byte, slow SlowBodyConfig, idle time.D
 		}
 		mu.Unlock()
 	}
+	// rearmFirstByte runs when the first-byte deadline ran out: while the
+	// client's last burst went up less than first_byte ago, it moves the
+	// deadline to first_byte after that burst and reports true.
+	rearmFirstByte := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if sentAt.IsZero() || gotFirst.Load() {
+			return false // not the first-byte deadline (the linger)
+		}
+		last := base.Add(time.Duration(lastSent.Load()))
+		if last.Before(sentAt) {
+			last = sentAt // the first write has not returned yet
+		}
+		if time.Since(last) >= slow.FirstByte-firstByteSlack {
+			return false
+		}
+		_ = up.SetReadDeadline(last.Add(slow.FirstByte))
+		return true
+	}
 
 	wg.Add(1)
 	go func() { // client → upstream; ends when the client stops sending
 		defer wg.Done()
 		var n int64
+		var err error
 		if len(pending) > 0 {
 			armFirstByte()
-			w, err := up.Write(pending)
+			var w int
+			w, err = up.Write(pending)
 			n += int64(w)
-			if err != nil {
-				res.Up = n
-				closeWrite(up)
-				return
-			}
+			lastSent.Store(int64(time.Since(base)))
 		}
-		bp := bufPool.Get().(*[]byte)
-		r, err := client.Read(*bp)
-		if r > 0 {
-			armFirstByte()
-			w, werr := up.Write((*bp)[:r])
-			n += int64(w)
-			if werr != nil {
-				err = werr
+		if err == nil {
+			bp := bufPool.Get().(*[]byte)
+			for {
+				// Burst by burst while the first byte is awaited; once
+				// it came (or with no first-byte limit, after the first
+				// burst) the bulk goes through copyConn.
+				r, rerr := client.Read(*bp)
+				err = rerr
+				if r > 0 {
+					armFirstByte()
+					w, werr := up.Write((*bp)[:r])
+					n += int64(w)
+					lastSent.Store(int64(time.Since(base)))
+					if werr != nil {
+						err = werr
+					}
+				}
+				if err != nil || slow.FirstByte <= 0 || gotFirst.Load() {
+					break
+				}
 			}
+			bufPool.Put(bp)
 		}
-		bufPool.Put(bp)
 		if err == nil {
 			c, _ := copyConn(up, client)
 			n += c
@@ -116,7 +151,14 @@ func relay(client, up net.Conn, pending []byte, slow SlowBodyConfig, idle time.D
 
 	// upstream → client, on this goroutine.
 	bp := bufPool.Get().(*[]byte)
-	r, err := up.Read(*bp)
+	var r int
+	var err error
+	for {
+		r, err = up.Read(*bp)
+		if r > 0 || !errors.Is(err, os.ErrDeadlineExceeded) || !rearmFirstByte() {
+			break
+		}
+	}
 	mu.Lock()
 	gotFirst.Store(true)
 	started := sentAt
@@ -185,15 +227,32 @@ func (s *Server) runTunnel(id uint64, front string, c net.Conn, lease *upstream.
 	s.metrics.dialLatency(lease.Setup)
 	s.metrics.tunnelStart(front)
 	s.tunnelWG.Add(1)
+	direct := lease.Endpoint.Scheme() == "direct"
 	finish := func(res relayResult) {
 		s.tunnels.remove(id)
 		s.metrics.tunnelEnd(front)
+		if direct && res.Failure != nil {
+			res.Failure.Scope = health.ScopeTarget
+		}
 		s.finishLease(lease, addr, res)
 		s.logTunnel(id, front, c, user, addr, lease, nil, res, start)
 		onEnd()
 		s.tunnelWG.Done()
 	}
 	report := s.stallReporter(lease, addr)
+	if direct {
+		// No proxy in between: a slow first byte or a stalled body can
+		// only be the target's, so it cools direct for that host, never
+		// for everything (whatever slow_body.scope says; with one direct
+		// upstream a slow site would otherwise make the whole gateway
+		// answer 503). Failure.Scope also feeds the target-failure rule:
+		// slow at several hosts that other upstreams reach, direct cools.
+		stall := report
+		report = func(f *health.Failure) {
+			f.Scope = health.ScopeTarget
+			stall(f)
+		}
+	}
 	if t := newPumpedTunnel(s.reactor, c, lease.Conn, pending, cfg.SlowBody, cfg.TunnelIdleTimeout, report, finish); t != nil {
 		s.tunnels.add(id, t.abort) // before start: the tunnel may end at once
 		t.start()

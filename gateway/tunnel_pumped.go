@@ -32,9 +32,10 @@ type pumpedTunnel struct {
 	upP      *splice.Pump // client → upstream
 	downP    *splice.Pump // upstream → client
 	aborted  bool
-	sentAt   time.Time // the client's first bytes went up (first-byte clock)
-	gotFirst bool      // the upstream side has sent
-	fbTimer  *time.Timer
+	ended    bool        // both directions finished: the first-byte clock is off
+	sentAt   time.Time   // the client's first bytes went up (first-byte latency)
+	gotFirst bool        // the upstream side has sent
+	fbTimer  *time.Timer // first-byte clock, pushed back while the client sends (firstByteExpired)
 	res      relayResult
 }
 
@@ -91,7 +92,9 @@ func (t *pumpedTunnel) abort() {
 }
 
 // clientSent starts the first-byte clock: the client sent, the upstream
-// side must answer within slow_body.first_byte.
+// side must answer within slow_body.first_byte of the client's last byte
+// sent upstream (firstByteExpired pushes the clock back while the client
+// is still sending).
 func (t *pumpedTunnel) clientSent() {
 	if t.slow.FirstByte <= 0 {
 		return
@@ -114,9 +117,32 @@ func (t *pumpedTunnel) upstreamSent() {
 	t.mu.Unlock()
 }
 
+// firstByteExpired runs first_byte after the clock was (re)armed. The
+// pump calls clientSent once only, so the bursts of an upload do not each
+// re-arm a timer (nothing is added to the copy): here the kernel says when
+// the client's data last went up (watchdog.sinceSent), and while that is
+// more recent than first_byte the client is still sending, or only just
+// finished; the server legitimately waits for the end of the request, so
+// the clock is re-armed to first_byte after that last byte. An upload
+// costs one TCP_INFO read per first_byte. Without counters (the watchdog
+// could not start) the clock counts from the first byte, as it must then.
 func (t *pumpedTunnel) firstByteExpired() {
 	t.mu.Lock()
-	expired := !t.gotFirst
+	wd, live := t.wd, !t.gotFirst && !t.aborted && !t.ended
+	t.mu.Unlock()
+	if !live {
+		return
+	}
+	if ago, ok := wd.sinceSent(); ok && ago < t.slow.FirstByte-firstByteSlack {
+		t.mu.Lock()
+		if !t.gotFirst && !t.aborted && !t.ended {
+			t.fbTimer.Reset(t.slow.FirstByte - ago)
+		}
+		t.mu.Unlock()
+		return
+	}
+	t.mu.Lock()
+	expired := !t.gotFirst && !t.ended
 	if expired {
 		t.res.Failure = firstByteFailure()
 	}
@@ -125,6 +151,11 @@ func (t *pumpedTunnel) firstByteExpired() {
 		t.abort() // the client asked and nothing is coming
 	}
 }
+
+// firstByteSlack absorbs the kernel's stamp granularity (a jiffy, 1–10 ms,
+// reported in whole ms): a last send that old short of first_byte counts
+// as first_byte ago rather than re-arming the clock for a few ms.
+const firstByteSlack = 10 * time.Millisecond
 
 // clientDone: the client finished sending (or left). The upstream side
 // may go on answering; the watchdog bounds its silence by the linger.
@@ -173,6 +204,7 @@ func (t *pumpedTunnel) lastDirection() bool {
 		return false
 	}
 	t.mu.Lock()
+	t.ended = true
 	if t.fbTimer != nil {
 		t.fbTimer.Stop()
 	}

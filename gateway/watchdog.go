@@ -14,7 +14,9 @@ import (
 // time since the last data arrived) on a timer, so the zero-copy path stays
 // free of per-byte wrappers. It detects
 //   - a stalled body: the response had started, then the client sent data
-//     and waited slow_body.stall with nothing back from the upstream side.
+//     and waited slow_body.stall with nothing back from the upstream side
+//     (waiting counts from the client's last byte sent upstream, see
+//     sinceSent, so a long upload after an early answer is not a stall).
 //     It is reported at once and the tunnel is left to the client (a slow
 //     answer may still come; tearing down would only lose it). An idle
 //     keep-alive or websocket where nobody waits is not slow. A stall in
@@ -28,7 +30,7 @@ import (
 // Timers run only while the tunnel is open; no goroutine waits between
 // checks (time.AfterFunc).
 type watchdog struct {
-	client, up  rxCounter
+	client, up  statsReader
 	stall, idle time.Duration
 	tick        time.Duration
 	onStall     func(*health.Failure)
@@ -75,9 +77,20 @@ func (w *watchdog) halfClosed() bool {
 	return true
 }
 
-// rxCounter reads a socket's receive counters.
-type rxCounter interface {
-	rx() (bytes uint64, sinceLast time.Duration, ok bool)
+// tcpStats is what the watchdog reads of a socket (Linux TCP_INFO).
+type tcpStats struct {
+	rxBytes  uint64        // tcpi_bytes_received: bytes the peer sent that the kernel accepted
+	lastRecv time.Duration // tcpi_last_data_recv: since data last arrived
+	lastSent time.Duration // tcpi_last_data_sent: since a segment carrying data last left
+	// rto: tcpi_retransmits > 0, the peer stopped acknowledging and the
+	// kernel is retransmitting on timeouts; lastSent then stamps those
+	// retransmissions, not new data.
+	rto bool
+}
+
+// statsReader reads a socket's counters.
+type statsReader interface {
+	stats() (tcpStats, bool)
 }
 
 // startWatchdog returns nil when the sockets give no counters (not Linux,
@@ -89,7 +102,7 @@ func startWatchdog(client, up net.Conn, stall, idle time.Duration, onStall func(
 		enableKeepAlive(up)
 		return nil
 	}
-	bu, _, ok := uc.rx()
+	us, ok := uc.stats()
 	if !ok {
 		enableKeepAlive(up)
 		return nil
@@ -106,7 +119,7 @@ func startWatchdog(client, up net.Conn, stall, idle time.Duration, onStall func(
 	if tick < 50*time.Millisecond {
 		tick = 50 * time.Millisecond
 	}
-	w := &watchdog{client: cc, up: uc, stall: stall, idle: idle, tick: tick, onStall: onStall, onIdle: onIdle, baseU: bu,
+	w := &watchdog{client: cc, up: uc, stall: stall, idle: idle, tick: tick, onStall: onStall, onIdle: onIdle, baseU: us.rxBytes,
 		keepAlive: up}
 	w.mu.Lock()
 	w.timer = time.AfterFunc(tick, w.check)
@@ -132,17 +145,20 @@ func (w *watchdog) check() {
 		w.keepAlive = nil
 		enableKeepAlive(c)
 	}
-	_, cAgo, ok1 := w.client.rx()
-	u, uAgo, ok2 := w.up.rx()
+	cs, ok1 := w.client.stats()
+	us, ok2 := w.up.stats()
 	w.mu.Lock()
 	if w.finished || !ok1 || !ok2 {
 		w.mu.Unlock()
 		return
 	}
-	// The client has been waiting for stall: its last data is that old and
-	// nothing came back since. (Measuring from the client's last send, not
-	// the upstream's, keeps a long upload from counting as a stall.)
-	stalled := w.stall > 0 && u != w.baseU && cAgo < uAgo && cAgo >= w.stall
+	cAgo, uAgo := cs.lastRecv, us.lastRecv
+	// The client has been waiting for stall: its last byte sent upstream
+	// is that old and nothing came back since. (Measuring from the
+	// client's last send, not the upstream's, keeps a long upload from
+	// counting as a stall.)
+	sent := waitingSince(cs, us)
+	stalled := w.stall > 0 && us.rxBytes != w.baseU && sent < uAgo && sent >= w.stall
 	idle := (w.idle > 0 && cAgo >= w.idle && uAgo >= w.idle) || (w.clientDone && uAgo >= halfCloseLinger()) ||
 		(w.upDone && cAgo >= halfCloseLinger())
 	if idle {
@@ -166,9 +182,43 @@ func (w *watchdog) check() {
 	}
 }
 
+// sinceSent reports how long ago the client's data last went to the
+// upstream side (see waitingSince); false when the sockets give no
+// counters any more (closed). The first-byte clock of a pumped tunnel
+// reads it when it runs out, so that it counts from the client's last
+// byte sent upstream rather than its first at no cost per burst: a long
+// upload is not a slow answer (the server legitimately waits for the end
+// of the request).
+func (w *watchdog) sinceSent() (time.Duration, bool) {
+	if w == nil {
+		return 0, false
+	}
+	cs, ok1 := w.client.stats()
+	us, ok2 := w.up.stats()
+	if !ok1 || !ok2 {
+		return 0, false
+	}
+	return waitingSince(cs, us), true
+}
+
+// waitingSince is how long the client has been waiting for the upstream
+// side, from the kernel's stamps: since the last data segment left for
+// the upstream (the kernel stamps it, nothing wraps the copy), or since
+// the client's data last arrived if that is more recent (bytes on their
+// way through rotor). While the upstream socket retransmits on timeouts
+// its stamp only says the kernel is retrying, so a peer that swallows
+// everything is timed from the client's last arrival instead.
+func waitingSince(client, up tcpStats) time.Duration {
+	ago := up.lastSent
+	if up.rto || client.lastRecv < ago {
+		ago = client.lastRecv
+	}
+	return ago
+}
+
 // counterOf finds the TCP socket under c (through TLS and rotor's own
 // buffered wrappers).
-func counterOf(c net.Conn) (rxCounter, bool) {
+func counterOf(c net.Conn) (statsReader, bool) {
 	if tc := tcpOf(c); tc != nil {
 		return tcpCounter{tc}, true
 	}

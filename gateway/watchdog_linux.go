@@ -9,23 +9,27 @@ import (
 
 type tcpCounter struct{ c *net.TCPConn }
 
-// rx returns tcpi_bytes_received (Linux 4.1+): bytes the peer sent that
-// the kernel accepted, whether or not rotor has read them yet; and
-// tcpi_last_data_recv: how long ago the last data arrived.
-func (t tcpCounter) rx() (uint64, time.Duration, bool) {
+// stats reads TCP_INFO: tcpi_bytes_received (Linux 4.1+), the bytes the
+// peer sent that the kernel accepted, whether or not rotor has read them
+// yet; tcpi_last_data_recv and tcpi_last_data_sent, how long ago data last
+// arrived and last left (in jiffies, reported in ms); tcpi_retransmits,
+// the timeouts in a row without an acknowledgement.
+func (t tcpCounter) stats() (tcpStats, bool) {
 	rc, err := t.c.SyscallConn()
 	if err != nil {
-		return 0, 0, false
+		return tcpStats{}, false
 	}
-	var n uint64
-	var ago time.Duration
+	var st tcpStats
 	var ok bool
 	_ = rc.Control(func(fd uintptr) {
 		info, err := unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO)
 		if err == nil {
-			n, ok = info.Bytes_received, true
-			ago = time.Duration(info.Last_data_recv) * time.Millisecond
+			ok = true
+			st = tcpStats{rxBytes: info.Bytes_received,
+				lastRecv: time.Duration(info.Last_data_recv) * time.Millisecond,
+				lastSent: time.Duration(info.Last_data_sent) * time.Millisecond,
+				rto:      info.Retransmits > 0}
 		}
 	})
-	return n, ago, ok
+	return st, ok
 }
