@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -68,12 +69,19 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 	id := s.connID.Add(1)
 	cfg := s.cfg.Load()
 	pcfg := s.pool.Config()
-	addr := r.URL.Host
-	if _, _, err := net.SplitHostPort(addr); err != nil {
-		addr = net.JoinHostPort(strings.Trim(r.URL.Hostname(), "[]"), "80")
+	if !stripFragment(r) {
+		plainError(w, http.StatusBadRequest, "bad_request", "malformed request target")
+		return
 	}
+	addr := forwardAddr(r.URL)
 	if s.selfTarget(addr) {
 		plainError(w, http.StatusForbidden, "forbidden", errSelfTarget.Error())
+		return
+	}
+	// A target no upstream could reach is the client's error, told
+	// before any upstream is picked (and blamed for it).
+	if msg := badTarget(addr); msg != "" {
+		plainError(w, http.StatusBadRequest, "bad_request", "invalid target "+strconv.Quote(addr)+": "+msg)
 		return
 	}
 	ctx := r.Context()
@@ -110,6 +118,12 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 		out.RequestURI = ""
 		removeHop(out.Header)
 		out.Close = false
+		// The client's trailer fields are not forwarded (a recipient that
+		// removes the chunked coding may discard them, RFC 9112 section
+		// 7.1.2): with out.Trailer set the Transport would still announce
+		// them in a Trailer header, then send none (they land in
+		// r.Trailer, not in the clone's copy).
+		out.Trailer = nil
 	}
 	setBody := func() {
 		switch {
@@ -132,12 +146,16 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 	var lastEP *upstream.Endpoint
 	fail := func(err error) {
 		if last != nil {
-			n, _ := s.writeResponse(w, last, lastEP, cfg.SlowBody.Stall)
+			n, berr := s.relay(ctx, w, last, lastEP, host, cfg.SlowBody.Stall)
 			s.pool.Release(lastEP)
-			s.logForward(id, r, params.User, lastEP, att, nil, n, start)
+			s.logForward(id, r, params.User, lastEP, att, berr, n, start)
 			return
 		}
 		cf := explain(err)
+		var bad *badAnswerError
+		if errors.As(err, &bad) {
+			cf.Reason = bad.reason + " (behind upstream " + lastUpstream(err) + ")"
+		}
 		plainError(w, cf.Status, cf.Header, cf.Reason)
 		s.logForward(id, r, params.User, nil, att, err, 0, start)
 	}
@@ -153,6 +171,14 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 		} else {
 			setBody()
 			resp, err = s.transport(e, cfg).RoundTrip(out)
+		}
+		if err == nil && resp.StatusCode < http.StatusOK {
+			// rotor strips Upgrade from requests and both clients skip
+			// interim answers: a 1xx that arrives as the final answer is
+			// an unsolicited 101 (the Transport returns it), which the
+			// client would wait on for ever.
+			resp.Body.Close()
+			resp, err = nil, errSwitchingProtocols
 		}
 		if err != nil {
 			err = classifyForwardErr(err, host)
@@ -192,24 +218,140 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 			last, lastEP = resp, e
 			continue
 		}
-		n, stalled := s.writeResponse(w, resp, e, cfg.SlowBody.Stall)
-		if stalled {
-			s.pool.Report(e, &health.Failure{Class: health.SlowBody, Stage: health.StageBody, Target: host,
-				Err: errors.New("response body stalled for slow_body.stall")})
-		}
+		n, berr := s.relay(ctx, w, resp, e, host, cfg.SlowBody.Stall)
 		s.pool.Release(e)
-		s.logForward(id, r, params.User, e, att, nil, n, start)
+		s.logForward(id, r, params.User, e, att, berr, n, start)
 		return
 	}
+}
+
+// stripFragment removes a fragment from r's target: it is the client's
+// own and not sent (RFC 9110 section 4.2.5; RFC 9112 section 3.2 has
+// none in a request target). http.ReadRequest keeps it in the path or
+// query, which would send it on as "%23frag". It reports false when the
+// target without its fragment no longer parses or names another host.
+func stripFragment(r *http.Request) bool {
+	i := strings.IndexByte(r.RequestURI, '#')
+	if i < 0 {
+		return true
+	}
+	u, err := url.ParseRequestURI(r.RequestURI[:i])
+	if err != nil || u.Host != r.URL.Host || !u.IsAbs() {
+		return false
+	}
+	r.URL = u
+	return true
+}
+
+// forwardAddr is the host:port a forwarded request goes to: port 80 when
+// the URL has none or an empty one (RFC 3986 section 3.2.3).
+func forwardAddr(u *url.URL) string {
+	host, port, err := net.SplitHostPort(u.Host)
+	if err != nil {
+		host, port = u.Hostname(), ""
+	}
+	if port == "" {
+		port = "80"
+	}
+	return net.JoinHostPort(strings.Trim(host, "[]"), port)
+}
+
+// relay writes resp to the client through writeResponse. When the body
+// ends before its end (the upstream's error, or silent for stall, which
+// is reported as slow_body) the client's answer is aborted, so the cut
+// shows; the error is returned for the request's log line, unless the
+// client went away itself.
+func (s *Server) relay(ctx context.Context, w http.ResponseWriter, resp *http.Response, e *upstream.Endpoint, host string, stall time.Duration) (int64, error) {
+	n, stalled, err := s.writeResponse(w, resp, e, stall)
+	if err == nil {
+		return n, nil
+	}
+	if stalled {
+		f := &health.Failure{Class: health.SlowBody, Stage: health.StageBody, Target: host,
+			Err: errors.New("response body stalled for slow_body.stall")}
+		s.pool.Report(e, f)
+		err = f
+	} else {
+		err = &bodyError{err: err}
+	}
+	abortAnswer(w)
+	if ctx.Err() != nil {
+		return n, nil
+	}
+	return n, err
+}
+
+// bodyError is an upstream body that ended before its end.
+type bodyError struct{ err error }
+
+func (e *bodyError) Error() string { return "response body ended early: " + e.err.Error() }
+func (e *bodyError) Unwrap() error { return e.err }
+
+// abortAnswer ends the client's answer without ending its body (see
+// h1Writer.abort). A ResponseWriter of net/http's is aborted its own way.
+func abortAnswer(w http.ResponseWriter) {
+	if a, ok := w.(interface{ abort() }); ok {
+		a.abort()
+		return
+	}
+	panic(http.ErrAbortHandler)
+}
+
+// fwdMaxResponseHead bounds the head of a target's answer (status line,
+// header fields and any interim answers before it), on the lean client
+// and the Transport alike. squid's reply_header_max_size is 64 KB; 1 MiB
+// leaves room for sites with huge cookies while keeping a target that
+// sends endless header lines from growing rotor's memory.
+const fwdMaxResponseHead = 1 << 20
+
+// badAnswerError is an answer of the target's that rotor does not relay.
+// It is a target failure (a healthy upstream relayed it faithfully), and
+// its reason is what the client's 502 says.
+type badAnswerError struct{ reason string }
+
+func (e *badAnswerError) Error() string { return e.reason }
+
+var (
+	errRespHeadTooLarge   = &badAnswerError{"the target's response header is larger than " + strconv.Itoa(fwdMaxResponseHead>>20) + " MiB"}
+	errSwitchingProtocols = &badAnswerError{"the target answered 101 Switching Protocols to a request that asked for no protocol switch"}
+)
+
+// transportHeadTooLarge is the end of the text of net/http's Transport
+// error for a head over MaxResponseHeaderBytes (go1.26 transport.go,
+// readLoop), sometimes wrapped in "transport connection broken".
+var transportHeadTooLarge = "net/http: server response headers exceeded " + strconv.Itoa(fwdMaxResponseHead) + " bytes; aborted"
+
+// transportAnswerError maps the Transport's oversized-head error to
+// errRespHeadTooLarge, so the client is told why (the lean client says
+// so itself). The Transport gives only text: like the x/net SOCKS adapter
+// (STYLE rule 23) this is the one place that matches it, and
+// TestForwardResponseHeadTooLarge fails if a Go upgrade changes it.
+// Other errors are returned as they are.
+func transportAnswerError(err error) error {
+	if strings.HasSuffix(err.Error(), transportHeadTooLarge) {
+		return errRespHeadTooLarge
+	}
+	return err
+}
+
+// lastUpstream names the upstream of the last attempt in err, or "".
+func lastUpstream(err error) string {
+	var ae *upstream.AttemptsError
+	if errors.As(err, &ae) {
+		return ae.Last().Upstream
+	}
+	return ""
 }
 
 // classifyForwardErr classifies a RoundTrip error. Errors from rotor's own
 // dialers already carry class and stage (dial, proxy handshake, auth,
 // target connect). Anything else happened after the request was written:
 // no response headers within slow_body.first_byte is slow_body at
-// first_byte; the connection ending before any response is blamed on the
-// target (a healthy proxy relays a target that hangs up as exactly that),
-// so it does not cool the upstream on its own.
+// first_byte; the connection ending before any response, and an answer
+// rotor does not relay (badAnswerError: a head over fwdMaxResponseHead,
+// an unsolicited 101), are blamed on the target (a healthy proxy relays a
+// target that hangs up or misbehaves as exactly that), so they do not
+// cool the upstream on their own.
 func classifyForwardErr(err error, host string) error {
 	var f *health.Failure
 	if errors.As(err, &f) {
@@ -222,7 +364,7 @@ func classifyForwardErr(err error, host string) error {
 	if upstream.IsCanceled(err) {
 		return err
 	}
-	return &health.Failure{Class: health.TargetUnreachable, Stage: health.StageFirstByte, Target: host, Err: err}
+	return &health.Failure{Class: health.TargetUnreachable, Stage: health.StageFirstByte, Target: host, Err: transportAnswerError(err)}
 }
 
 // beforeRequest reports whether err happened before any byte of the request
@@ -241,8 +383,11 @@ func beforeRequest(err error) bool {
 }
 
 // writeResponse relays resp to the client, naming the upstream. A body
-// that goes silent for stall is cut off and reported as slow.
-func (s *Server) writeResponse(w http.ResponseWriter, resp *http.Response, e *upstream.Endpoint, stall time.Duration) (int64, bool) {
+// that goes silent for stall is cut off (stalled). err is why the body
+// ended before its end: the upstream's read error (a chunked or sized
+// body cut short reads io.ErrUnexpectedEOF) or the stall. It is nil at
+// the body's end and when the client went away.
+func (s *Server) writeResponse(w http.ResponseWriter, resp *http.Response, e *upstream.Endpoint, stall time.Duration) (total int64, stalled bool, err error) {
 	defer resp.Body.Close()
 	h := w.Header()
 	for k, v := range resp.Header {
@@ -251,35 +396,37 @@ func (s *Server) writeResponse(w http.ResponseWriter, resp *http.Response, e *up
 	removeHop(h)
 	h.Set("X-Rotor-Upstream", e.Name)
 	w.WriteHeader(resp.StatusCode)
-	var stalled atomic.Bool
+	var cut atomic.Bool
 	var timer *time.Timer
 	if stall > 0 {
-		timer = time.AfterFunc(stall, func() { stalled.Store(true); resp.Body.Close() })
+		timer = time.AfterFunc(stall, func() { cut.Store(true); resp.Body.Close() })
 		defer timer.Stop()
 	}
 	flusher, _ := w.(http.Flusher)
 	bp := bufPool.Get().(*[]byte)
 	defer bufPool.Put(bp)
-	var total int64
 	for {
-		n, err := resp.Body.Read(*bp)
+		n, rerr := resp.Body.Read(*bp)
 		if timer != nil {
 			timer.Reset(stall)
 		}
 		if n > 0 {
 			if _, werr := w.Write((*bp)[:n]); werr != nil {
-				return total, false
+				return total, false, nil
 			}
 			total += int64(n)
 			// Flush when the upstream paused (a short read that is not the
 			// end), so streamed responses reach the client as they come;
 			// a body that arrives in one go is written once.
-			if flusher != nil && err == nil && n < len(*bp) {
+			if flusher != nil && rerr == nil && n < len(*bp) {
 				flusher.Flush()
 			}
 		}
-		if err != nil {
-			return total, stalled.Load()
+		switch {
+		case rerr == io.EOF:
+			return total, false, nil
+		case rerr != nil:
+			return total, cut.Load(), rerr
 		}
 	}
 }
@@ -293,12 +440,13 @@ func (s *Server) transport(e *upstream.Endpoint, cfg *Config) http.RoundTripper 
 		return t.(http.RoundTripper)
 	}
 	t := &http.Transport{
-		Proxy:                 nil,
-		MaxIdleConnsPerHost:   32,
-		IdleConnTimeout:       90 * time.Second,
-		DisableCompression:    true,
-		ResponseHeaderTimeout: cfg.SlowBody.FirstByte,
-		DialContext:           e.DialContext,
+		Proxy:                  nil,
+		MaxIdleConnsPerHost:    32,
+		IdleConnTimeout:        90 * time.Second,
+		DisableCompression:     true,
+		MaxResponseHeaderBytes: fwdMaxResponseHead,
+		ResponseHeaderTimeout:  cfg.SlowBody.FirstByte,
+		DialContext:            e.DialContext,
 	}
 	if cfg.SlowBody.FirstByte < 0 {
 		t.ResponseHeaderTimeout = 0

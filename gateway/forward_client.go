@@ -52,14 +52,12 @@ const (
 	fwdMaxIdlePerTarget = 32
 	// fwdMaxIdle bounds one endpoint's idle connections over all targets.
 	fwdMaxIdle = 1024
-	// fwdMax1xx bounds the informational answers skipped before the final
-	// one, as net/http's Transport does.
-	fwdMax1xx = 5
 )
 
 // fwdConn is one pooled upstream connection.
 type fwdConn struct {
 	c      net.Conn
+	lr     headLimit // under br: bounds an answer's head to fwdMaxResponseHead
 	br     *bufio.Reader
 	bw     *bufio.Writer
 	key    string
@@ -163,7 +161,9 @@ func (fc *fwdClient) dial(ctx context.Context, key string, x *fwdExchange) (*fwd
 	} else if c, err = fc.e.DialContext(ctx, "tcp", x.addr); err != nil {
 		return nil, err
 	}
-	return &fwdConn{c: c, br: bufio.NewReaderSize(c, 4096), bw: bufio.NewWriterSize(c, 4096), key: key}, nil
+	pc := &fwdConn{c: c, lr: headLimit{c: c, remain: 1<<63 - 1}, bw: bufio.NewWriterSize(c, 4096), key: key}
+	pc.br = bufio.NewReaderSize(&pc.lr, 4096)
+	return pc, nil
 }
 
 // exchange writes x on pc and reads the answer's head. nothingRead is
@@ -183,25 +183,39 @@ func (fc *fwdClient) exchange(ctx context.Context, pc *fwdConn, x *fwdExchange) 
 	if x.firstByte > 0 {
 		_ = pc.c.SetReadDeadline(time.Now().Add(x.firstByte))
 	}
+	// The heads, interim answers included, may take fwdMaxResponseHead
+	// bytes from the connection, as the Transport's MaxResponseHeaderBytes
+	// bounds them: http.ReadResponse sets no limit of its own, and a target
+	// sending endless header lines (or interim answers) would grow rotor's
+	// memory with them. The limit counts what the buffer read ahead too, a
+	// few KiB of body at most.
+	pc.lr.remain = fwdMaxResponseHead
 	if _, err := pc.br.Peek(1); err != nil {
 		return nil, true, err
 	}
-	for n := 0; ; n++ {
+	for {
 		resp, err = http.ReadResponse(pc.br, x.r)
-		if err != nil {
+		switch {
+		case err != nil && pc.lr.remain <= 0:
+			return nil, false, errRespHeadTooLarge
+		case err != nil:
 			return nil, false, err
+		case resp.StatusCode == http.StatusSwitchingProtocols:
+			// rotor sends no Upgrade: what follows is not HTTP any more.
+			return nil, false, errSwitchingProtocols
+		case resp.StatusCode < 200:
+			continue // an interim answer (100, 102, 103): the final one follows
 		}
-		if resp.StatusCode >= 200 || resp.StatusCode == http.StatusSwitchingProtocols || n == fwdMax1xx {
-			break
-		}
+		break
 	}
+	pc.lr.remain = 1<<63 - 1
 	if x.firstByte > 0 {
 		_ = pc.c.SetReadDeadline(time.Time{})
 		if ctx.Err() != nil { // a cancel between the read and the reset stays a cancel
 			_ = pc.c.SetDeadline(aLongTimeAgo)
 		}
 	}
-	reuse := !resp.Close && resp.StatusCode != http.StatusSwitchingProtocols && resp.StatusCode >= 200
+	reuse := !resp.Close
 	resp.Body = &fwdBody{fc: fc, pc: pc, body: resp.Body, stop: stop, reuse: reuse}
 	return resp, false, nil
 }

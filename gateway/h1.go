@@ -247,9 +247,13 @@ func (hc *h1Conn) serve() {
 			_, _ = hc.br.Discard(1)
 		}
 		req, err := http.ReadRequest(hc.br)
+		// A head that used up the limit is too large whatever error the
+		// parser saw: a limit that cuts a short line in two makes a
+		// malformed line of it, not an errHeaderTooLarge.
+		tooLarge := hc.lr.remain <= 0
 		hc.lr.remain = 1<<63 - 1
 		if err != nil {
-			hc.readError(err)
+			hc.readError(err, tooLarge)
 			return
 		}
 		// The handler reads a body without rotor's deadlines; a CONNECT
@@ -265,20 +269,25 @@ func (hc *h1Conn) serve() {
 
 // readError answers a request that could not be read as net/http's
 // Server does: nothing for a connection that closed or timed out, 431 for
-// a head over h1MaxHeader, 501 for an unknown transfer coding, else 400.
-func (hc *h1Conn) readError(err error) {
+// a head over h1MaxHeader (tooLarge), 501 for an unknown transfer coding,
+// else 400. The rest of a refused head may still be on its way: the
+// answer lingers, so the close does not reset the connection before the
+// client has read it.
+func (hc *h1Conn) readError(err error, tooLarge bool) {
 	var ne net.Error
 	var oe *net.OpError
 	switch {
-	case errors.Is(err, errHeaderTooLarge):
+	case tooLarge || errors.Is(err, errHeaderTooLarge):
 		hc.plain(http.StatusRequestHeaderFieldsTooLarge, "431 Request Header Fields Too Large")
 		hc.lingerClose()
 	case strings.Contains(err.Error(), "unsupported transfer encoding"):
 		hc.plain(http.StatusNotImplemented, "Unsupported transfer encoding")
+		hc.lingerClose()
 	case err == io.EOF, errors.As(err, &ne) && ne.Timeout(), errors.As(err, &oe) && oe.Op == "read":
 	default:
 		hc.s.log.Debug().Str("listener", "http").Str("client", hc.remote).Str("err", redactText(err.Error())).Msg("bad request")
 		hc.plain(http.StatusBadRequest, "400 Bad Request")
+		hc.lingerClose()
 	}
 }
 
@@ -467,6 +476,7 @@ type h1Writer struct {
 	chunked     bool
 	noBody      bool
 	closeAfter  bool
+	aborted     bool // the body was cut off: the connection closes without ending it
 	err         error
 }
 
@@ -642,7 +652,7 @@ func (w *h1Writer) Flush() {
 
 // finish ends the answer after the handler returned.
 func (w *h1Writer) finish() {
-	if w.err != nil {
+	if w.err != nil || w.aborted {
 		return
 	}
 	if !w.wroteHeader {
@@ -655,6 +665,28 @@ func (w *h1Writer) finish() {
 	if w.cl >= 0 && w.written < w.cl && !w.noBody {
 		w.closeAfter = true // the client waits for bytes that will not come
 	}
+	w.err = w.hc.bw.Flush()
+}
+
+// abort ends an answer whose body the handler cannot complete (the
+// upstream's body ended early or stalled): the head and the bytes written
+// so far go out, then the connection closes without the end of the body,
+// as squid does. A chunked body gets no last chunk, a declared
+// Content-Length stays unmet, and a small body held back is sent chunked
+// rather than with a Content-Length of what arrived: the client sees the
+// truncation (curl exit 18, io.ErrUnexpectedEOF) instead of a whole
+// answer. To an HTTP/1.0 client a body without a length is
+// close-delimited and the cut cannot be told from its end.
+func (w *h1Writer) abort() {
+	if w.hc.hijacked || w.err != nil || w.aborted {
+		return
+	}
+	if !w.wroteHeader {
+		w.WriteHeader(http.StatusOK)
+	}
+	w.aborted = true
+	w.closeAfter = true
+	w.commit(false)
 	w.err = w.hc.bw.Flush()
 }
 

@@ -258,3 +258,28 @@ func TestH1ShutdownClosesIdle(t *testing.T) {
 		t.Fatal("Shutdown did not return")
 	}
 }
+
+// A request head over h1MaxHeader gets 431 whether it is one long line
+// or many short ones (where the limit cuts a line in two and the parser
+// sees a malformed line), and the connection closes without a reset: the
+// rest of the head is drained so the client reads the answer.
+func TestH1HeadTooLarge(t *testing.T) {
+	srv := directGateway(t)
+	for _, tc := range []struct{ name, fields string }{
+		{"one long line", "X-Big: " + strings.Repeat("z", 80<<10) + "\r\n"},
+		{"many short lines", strings.Repeat("X-Short: abcdefghijklmnopqrstuvwxyz\r\n", 3000)},
+		{"many short lines, no value", strings.Repeat("X-S:\r\n", 20000)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, br := h1Dial(t, srv)
+			if _, err := fmt.Fprintf(c, "GET http://a.test/ HTTP/1.1\r\nHost: a.test\r\n%s\r\n", tc.fields); err != nil {
+				t.Fatal(err)
+			}
+			r, _ := h1Read(t, br, "GET")
+			if r.StatusCode != http.StatusRequestHeaderFieldsTooLarge || !r.Close {
+				t.Fatalf("status %d close=%v, want 431 closing the connection", r.StatusCode, r.Close)
+			}
+			wantClosed(t, c, br)
+		})
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -72,6 +73,27 @@ func plainError(w http.ResponseWriter, status int, rotorErr, reason string) {
 	_, _ = w.Write([]byte(reason + "\n"))
 }
 
+// badTarget says why addr, a host:port from a client (CONNECT authority
+// or forwarded URL), names no target an upstream could reach, or returns
+// "" when it can be tried: the host is not empty and the port is a
+// decimal number from 1 to 65535, a TCP port one can connect to. It is
+// checked before an upstream is picked, so the client gets a 400 and no
+// upstream is blamed for a target that cannot exist. Whether the host is
+// a well-formed name is left to the upstream.
+func badTarget(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	switch {
+	case err != nil:
+		return "want host:port"
+	case host == "":
+		return "the host is empty"
+	}
+	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
+		return "the port must be a number from 1 to 65535"
+	}
+	return ""
+}
+
 // serveConnect dials the target through the pool, answers 200 naming the
 // upstream, hijacks the client connection and relays.
 func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request, params userParams) {
@@ -84,6 +106,10 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request, params use
 	}
 	if s.selfTarget(addr) {
 		plainError(w, http.StatusForbidden, "forbidden", errSelfTarget.Error())
+		return
+	}
+	if msg := badTarget(addr); msg != "" {
+		plainError(w, http.StatusBadRequest, "bad_request", "invalid target "+strconv.Quote(addr)+": "+msg)
 		return
 	}
 	req := upstream.Request{Addr: addr, Tags: params.Tags, Session: params.Session}
