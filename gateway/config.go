@@ -11,9 +11,10 @@ package gateway
 import (
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -56,6 +57,7 @@ type Config struct {
 	// path is the file the config came from ("" for built-in defaults).
 	path  string
 	lines lineIndex
+	elems elemIndex
 }
 
 // ListenConfig is the [listen] table.
@@ -202,18 +204,36 @@ func LoadConfig(path string) (*Config, error) {
 
 // ParseConfig decodes and validates data as the file named path.
 func ParseConfig(path string, data []byte) (*Config, error) {
-	c := &Config{path: path, lines: indexLines(string(data))}
-	md, err := toml.Decode(string(data), c)
-	if err != nil {
-		var pe toml.ParseError
-		if errors.As(err, &pe) {
-			return nil, ConfigErrors{{File: path, Line: pe.Position.Line, Msg: redactText(pe.Message)}}
-		}
-		return nil, ConfigErrors{{File: path, Msg: redactText(err.Error())}}
+	text := string(data)
+	c := &Config{path: path, lines: indexLines(text), elems: indexElems(text)}
+	md, err := toml.Decode(text, c)
+	var pe toml.ParseError
+	if errors.As(err, &pe) {
+		tree, _ := decodeTree(text) // nil for a syntax error
+		return nil, ConfigErrors{c.parseError(pe, tree)}
 	}
-	var errs ConfigErrors
+	// The syntax is valid: the plain tree shows what each key holds,
+	// which the typed decode hides (an integer duration) or reports
+	// without a usable line (a type error in a [[table]]).
+	tree, terr := decodeTree(text)
+	if terr != nil {
+		return nil, ConfigErrors{{File: path, Msg: redactText(strings.TrimPrefix(terr.Error(), "toml: "))}}
+	}
+	errs, durKeys := c.durationErrors(tree)
+	if err != nil {
+		if de, key := c.decodeError(err, tree); !durKeys[key] {
+			errs = append(errs, de)
+			slices.SortStableFunc(errs, func(a, b ConfigError) int { return a.Line - b.Line })
+		}
+		return nil, errs
+	}
 	for _, k := range md.Undecoded() {
 		errs = append(errs, ConfigError{File: path, Line: c.lines.key(k), Msg: fmt.Sprintf("unknown key %q", k.String())})
+	}
+	if len(durKeys) > 0 {
+		// The values decoded as nanoseconds: checking them further would
+		// only add confusing errors.
+		return nil, errs
 	}
 	c.fill(&md)
 	errs = append(errs, c.validate()...)
@@ -275,19 +295,21 @@ func (c *Config) validate() ConfigErrors {
 	add := func(line int, format string, a ...any) {
 		errs = append(errs, ConfigError{File: c.path, Line: line, Msg: fmt.Sprintf(format, a...)})
 	}
-	for _, l := range []struct{ key, addr string }{{"socks5", c.Listen.SOCKS5}, {"http", c.Listen.HTTP}, {"admin", c.Listen.Admin}} {
-		if l.addr == "" {
-			continue
-		}
-		if _, _, err := net.SplitHostPort(l.addr); err != nil {
-			add(c.lines.key(toml.Key{"listen", l.key}), "listen.%s: %q is not host:port", l.key, l.addr)
-		}
-	}
+	errs = append(errs, c.listenErrors()...)
 	if c.Listen.SOCKS5 == "" && c.Listen.HTTP == "" {
 		add(c.lines.table("listen"), "listen: no front listener (socks5 or http) configured")
 	}
-	if c.Listen.HandshakeTimeout < 0 || c.ShutdownGrace < 0 || c.TunnelIdleTimeout < 0 {
-		add(0, "durations must not be negative")
+	for _, d := range []struct {
+		key toml.Key
+		v   time.Duration
+	}{
+		{toml.Key{"listen", "handshake_timeout"}, c.Listen.HandshakeTimeout},
+		{toml.Key{"shutdown_grace"}, c.ShutdownGrace},
+		{toml.Key{"tunnel_idle_timeout"}, c.TunnelIdleTimeout},
+	} {
+		if d.v < 0 {
+			add(c.lines.key(d.key), "%s: durations must not be negative", d.key)
+		}
 	}
 	if c.Listen.MaxConnections < 0 || c.Listen.MaxConnectionsPerIP < 0 {
 		add(c.lines.table("listen"), "listen: connection limits must not be negative")
@@ -296,7 +318,7 @@ func (c *Config) validate() ConfigErrors {
 		add(c.lines.key(toml.Key{"metrics", "per_upstream_limit"}), "metrics.per_upstream_limit: must not be negative (0 = no limit)")
 	}
 	for i, cl := range c.Clients {
-		line := c.lines.arrayTable("client", i)
+		line := c.elemKey("client", i, "username")
 		if cl.Username == "" {
 			add(line, "client: username is required")
 		}
@@ -305,7 +327,7 @@ func (c *Config) validate() ConfigErrors {
 		}
 		if cl.Password == "" {
 			if cl.PasswordEnv != "" {
-				add(line, "client %q: environment variable %s is empty or unset", cl.Username, cl.PasswordEnv)
+				add(c.elemKey("client", i, "password_env"), "client %q: environment variable %s is empty or unset", cl.Username, cl.PasswordEnv)
 			} else {
 				add(line, "client %q: password (or password_env) is required", cl.Username)
 			}
@@ -336,9 +358,14 @@ func (c *Config) validate() ConfigErrors {
 	names := map[string]int{}
 	keys := map[string]int{}
 	for i, u := range c.Upstreams {
-		line := c.lines.arrayTable("upstream", i)
+		line := c.elemKey("upstream", i, "url")
 		spec, err := u.spec()
 		if err != nil {
+			line := c.lines.arrayTable("upstream", i)
+			var ke *keyError
+			if errors.As(err, &ke) && ke.key != "" {
+				line = c.elemKey("upstream", i, ke.key)
+			}
 			add(line, "%v", err)
 			continue
 		}
@@ -348,56 +375,97 @@ func (c *Config) validate() ConfigErrors {
 		}
 		keys[k] = line
 		if u.Name != "" {
+			nameLine := c.elemKey("upstream", i, "name")
 			if prev, dup := names[u.Name]; dup {
-				add(line, "upstream name %q duplicates the one at line %d", u.Name, prev)
+				add(nameLine, "upstream name %q duplicates the one at line %d", u.Name, prev)
 			}
-			names[u.Name] = line
+			names[u.Name] = nameLine
 		}
 		if u.Weight < 0 || u.MaxConns < 0 || u.Rate < 0 {
-			add(line, "upstream %s: weight, max_conns and rate must not be negative", upstream.Redact(spec.URL))
+			add(c.lines.arrayTable("upstream", i), "upstream %s: weight, max_conns and rate must not be negative", upstream.Redact(spec.URL))
 		}
 	}
 	for i, f := range c.UpstreamFiles {
-		line := c.lines.arrayTable("upstream_file", i)
 		if f.Path == "" {
-			add(line, "upstream_file: path is required")
+			add(c.lines.arrayTable("upstream_file", i), "upstream_file: path is required")
 		}
 		switch f.Scheme {
 		case "", "http", "https", "socks5", "socks5h":
 		default:
-			add(line, "upstream_file: scheme %q is not socks5, http or https", f.Scheme)
+			add(c.elemKey("upstream_file", i, "scheme"), "upstream_file: scheme %q is not socks5, http or https", f.Scheme)
 		}
 		if f.Pipeline && f.Scheme != "socks5" && f.Scheme != "socks5h" {
-			add(line, "upstream_file: pipeline = true needs scheme = \"socks5\" (it applies to socks5 upstreams only)")
+			add(c.lines.arrayTable("upstream_file", i), "upstream_file: pipeline = true needs scheme = \"socks5\" (it applies to socks5 upstreams only)")
 		}
 	}
 	return errs
 }
 
+// keyError is a problem with one key of a [[table]] element, so that
+// validate can point at that key's line rather than the element's header
+// (key "": the header, for problems of several keys).
+type keyError struct {
+	key string
+	err error
+}
+
+func (e *keyError) Error() string { return e.err.Error() }
+func (e *keyError) Unwrap() error { return e.err }
+
 // spec turns one [[upstream]] into a pool spec. Errors never carry the
-// password.
+// password, whatever it holds: an unparsable URL is shown through
+// redactURL, never as written, and never quoted by net/url.
 func (u UpstreamConfig) spec() (upstream.Spec, error) {
+	bad := func(key, format string, a ...any) (upstream.Spec, error) {
+		return upstream.Spec{}, &keyError{key: key, err: fmt.Errorf(format, a...)}
+	}
 	raw := strings.TrimSpace(u.URL)
 	if raw == "" {
-		return upstream.Spec{}, errors.New("upstream: url is required")
+		return bad("url", "upstream: url is required")
+	}
+	rest, hasScheme := raw, false
+	if i := strings.Index(raw, "://"); i >= 0 {
+		rest, hasScheme = raw[i+3:], true
+	}
+	if sellerCreds(rest) >= 0 && !strings.Contains(rest, "@") {
+		// host:port:user:pass (also behind a scheme), a list-file line
+		// pasted here.
+		return bad("url", "upstream %q: want scheme://user:pass@host:port (host:port:user:pass is a list-file format)", redactURL(raw))
+	}
+	if !hasScheme {
+		// Also user:pass@host:port: net/url would read it as scheme
+		// "user" and may keep the password in what it shows.
+		return bad("url", "upstream %q: want scheme://[user:pass@]host:port (socks5, http, https or direct)", redactURL(raw))
+	}
+	// net/url ends the userinfo at the first '/', '?' or '#', so a
+	// password holding one would partly become the host
+	// ("u:Hash#Secret9@h:1" has host "u:Hash") and partly a fragment.
+	if at := strings.LastIndex(rest, "@"); at >= 0 && strings.ContainsAny(rest[:at], "/?#") {
+		return bad("url", "upstream %q: '/', '?' or '#' before the '@': percent-encode them in the password (%%2F, %%3F, %%23)", redactURL(raw))
 	}
 	pu, err := url.Parse(raw)
 	if err != nil {
-		if r := redactURL(raw); strings.HasSuffix(r, ":"+redacted) && !strings.Contains(r, "@") {
-			// scheme://host:port:user:pass, a list-file line pasted here.
-			return upstream.Spec{}, fmt.Errorf("upstream %q: want scheme://user:pass@host:port (host:port:user:pass is a list-file format)", r)
+		hint := ""
+		if strings.Contains(raw, "@") {
+			hint = "; percent-encode special characters in the password"
 		}
-		return upstream.Spec{}, fmt.Errorf("upstream: invalid url %q", redactURL(raw))
+		return bad("url", "upstream %q: invalid url (%s%s)", redactURL(raw), urlParseReason(err), hint)
 	}
 	if pu.Opaque != "" {
 		// A seller line pasted as a URL ("user:pass@host:port") parses as
 		// scheme "user" with an opaque rest that holds the password.
-		return upstream.Spec{}, fmt.Errorf("upstream %q: want scheme://[user:pass@]host:port (socks5, http, https or direct)", redactURL(raw))
+		return bad("url", "upstream %q: want scheme://[user:pass@]host:port (socks5, http, https or direct)", upstream.Redact(pu))
+	}
+	if err := upstream.CheckURL(pu); err != nil {
+		// Shown as written (redacted), not as net/url read it: when the
+		// URL parses in an unintended way, the password may be in what
+		// it took for the host.
+		return bad("url", "upstream %q: %v", redactURL(raw), err)
 	}
 	if u.PasswordEnv != "" {
 		pw := os.Getenv(u.PasswordEnv)
 		if pw == "" {
-			return upstream.Spec{}, fmt.Errorf("upstream %s: environment variable %s is empty or unset", upstream.Redact(pu), u.PasswordEnv)
+			return bad("password_env", "upstream %s: environment variable %s is empty or unset", upstream.Redact(pu), u.PasswordEnv)
 		}
 		user := ""
 		if pu.User != nil {
@@ -405,11 +473,34 @@ func (u UpstreamConfig) spec() (upstream.Spec, error) {
 		}
 		pu.User = url.UserPassword(user, pw)
 	}
-	if err := upstream.ValidateURL(pu); err != nil {
-		return upstream.Spec{}, err
-	}
 	if u.Pipeline && pu.Scheme != "socks5" && pu.Scheme != "socks5h" {
-		return upstream.Spec{}, fmt.Errorf("upstream %s: pipeline = true applies to socks5 upstreams only", upstream.Redact(pu))
+		return bad("", "upstream %s: pipeline = true applies to socks5 upstreams only", upstream.Redact(pu))
 	}
 	return upstream.Spec{URL: pu, Name: u.Name, Disabled: u.Disabled, Tags: u.Tags, Weight: u.Weight, MaxConns: u.MaxConns, Rate: u.Rate, Pipeline: u.Pipeline}, nil
+}
+
+// urlParseReason is net/url's reason without what it quotes: it quotes
+// the bad part of the input ("invalid port \":Hash\" after host"), which
+// may be a piece of the password.
+func urlParseReason(err error) string {
+	var ue *url.Error
+	if !errors.As(err, &ue) {
+		return "not a URL"
+	}
+	s := ue.Err.Error()
+	var b strings.Builder
+	for {
+		i := strings.IndexByte(s, '"')
+		if i < 0 {
+			b.WriteString(s)
+			break
+		}
+		b.WriteString(strings.TrimRight(s[:i], " "))
+		q, err := strconv.QuotedPrefix(s[i:])
+		if err != nil {
+			break // an unterminated quote: drop the rest
+		}
+		s = s[i+len(q):]
+	}
+	return strings.TrimPrefix(strings.TrimSpace(b.String()), "net/url: ")
 }

@@ -28,22 +28,43 @@ const minSecretLen = 3
 //	user:pass@host:port     → xxxxx@host:port
 //	host:port:user:pass     → host:port:xxxxx (also after scheme://)
 //
-// A string with none of these shapes is returned unchanged.
+// The password may hold any character ('#', '?', '/', '@', ':', spaces,
+// broken percent-escapes, quotes): only what cannot be part of it is kept,
+// the scheme, the user name before the first ':' and a host:port that
+// follows the last '@' (see redactAuthority).
 func redactURL(raw string) string {
-	if i := strings.Index(raw, "://"); i >= 0 {
-		return raw[:i+3] + redactAuthority(raw[i+3:])
+	if i := strings.Index(raw, "://"); i >= 0 && isScheme(raw[:i]) {
+		return raw[:i+3] + redactAuthority(raw[i+3:], true)
 	}
-	if at := strings.LastIndex(raw, "@"); at >= 0 {
-		return redacted + raw[at:]
+	return redactAuthority(raw, false)
+}
+
+// isScheme reports whether s is a URL scheme (RFC 3986 section 3.1):
+// "user:pw://" is not one, so a password holding "://" stays hidden.
+func isScheme(s string) bool {
+	if s == "" {
+		return false
 	}
-	return redactHostPortUserPass(raw)
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z':
+		case i > 0 && ('0' <= c && c <= '9' || c == '+' || c == '-' || c == '.'):
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // redactText hides, anywhere in s, the password of every URL with
 // userinfo (scheme://user:pass@host) and every occurrence of each secret
 // of at least minSecretLen bytes, raw and percent-encoded as in a URL's
 // userinfo. Pass the secrets known to the caller (the client and upstream
-// passwords, the admin token) when s may echo them outside a URL.
+// passwords, the admin token) when s may echo them outside a URL. A URL
+// in s is taken to end at white space, so a password holding a space is
+// only hidden when it is passed as a secret: callers holding the raw URL
+// use redactURL on it instead.
 func redactText(s string, secrets ...string) string {
 	var b strings.Builder
 	rest := s
@@ -61,7 +82,7 @@ func redactText(s string, secrets ...string) string {
 		if end < 0 {
 			end = len(rest)
 		}
-		b.WriteString(redactAuthority(rest[:end]))
+		b.WriteString(redactAuthority(rest[:end], true))
 		rest = rest[end:]
 	}
 	out := b.String()
@@ -77,45 +98,113 @@ func redactText(s string, secrets ...string) string {
 	return out
 }
 
-// redactAuthority hides the password in the userinfo of s, the text after
-// "scheme://". The userinfo ends at the last '@' before the path, like
-// net/url reads it, so a password that itself holds '@' is hidden whole.
-func redactAuthority(s string) string {
-	end := strings.IndexAny(s, "/?#")
-	if end < 0 {
-		end = len(s)
+// redactAuthority hides the password in s, the text after "scheme://" (or
+// a whole scheme-less string). keepUser keeps the user name of a
+// user:pass@ userinfo, which is no secret (STYLE rule 51).
+//
+// The userinfo ends at the LAST '@' of s, not at the first '/', '?' or
+// '#': net/url would cut a password holding one of those into a path,
+// query or fragment ("u:Hash#Secret9@h:1" has the host "u:Hash" for it),
+// and then both halves are secret. What follows that '@' is kept only when
+// it starts with host:port: otherwise the user forgot the host and it is
+// the end of the password. Text that reads both as userinfo and as the
+// host:port:user:pass seller format ("u:12:34@h:1") is hidden whole:
+// either reading may be the user's, and each would show a part of the
+// other's password. Without '@' or seller shape, a "port" that is not one
+// is hidden: "u:pw" is a password without its host.
+func redactAuthority(s string, keepUser bool) string {
+	at := strings.LastIndex(s, "@")
+	creds := sellerCreds(s)
+	switch {
+	case at >= 0 && creds >= 0:
+		return redacted
+	case at >= 0:
+		host := s[at:]
+		if hostPortLen(s[at+1:], false) == 0 {
+			host = "@" + redacted
+		}
+		user, _, hasPass := strings.Cut(s[:at], ":")
+		switch {
+		case !keepUser:
+			return redacted + host
+		case !hasPass:
+			return s[:at] + host // a user name alone is not secret (STYLE rule 51)
+		}
+		return user + ":" + redacted + host
+	case creds >= 0:
+		// What follows the port is user:pass, and the password runs to
+		// the end: it may hold '/', so nothing after it is kept.
+		return s[:creds] + redacted
 	}
-	at := strings.LastIndex(s[:end], "@")
-	if at < 0 {
-		// scheme://host:port:user:pass, a seller line behind a scheme.
-		return redactHostPortUserPass(s[:end]) + s[end:]
+	host := strings.IndexAny(s, ":/?#")
+	if host < 0 || s[host] != ':' || hostPortLen(s, true) > 0 {
+		return s
 	}
-	user, _, hasPass := strings.Cut(s[:at], ":")
-	if !hasPass {
-		return s // a user name alone is not secret (STYLE rule 51)
-	}
-	return user + ":" + redacted + s[at:]
+	return s[:host+1] + redacted
 }
 
-// redactHostPortUserPass hides what follows host:port in the
-// host:port:user:pass seller format. IPv6 hosts are bracketed there.
-func redactHostPortUserPass(s string) string {
+// hostPortLen returns the length of the host:port s starts with, or 0: a
+// host name or IP ([v6] bracketed), ':' and a port, ending s or followed
+// by '/' or punctuation that ends a URL quoted in a message. '#' and '?'
+// do not end it: they are more likely in a password than after a proxy's
+// port. The port is a number of up to five digits when numeric is set
+// (the text may be user:password), else letters and digits: after an '@'
+// a wrong port is still shown, it is no secret.
+func hostPortLen(s string, numeric bool) int {
+	i := 0
+	if strings.HasPrefix(s, "[") {
+		i = strings.IndexByte(s, ']') + 1
+		if i <= 2 {
+			return 0
+		}
+	} else {
+		for i < len(s) && (isAlnum(s[i]) || s[i] == '.' || s[i] == '-' || s[i] == '_') {
+			i++
+		}
+	}
+	if i == 0 || i >= len(s) || s[i] != ':' {
+		return 0
+	}
+	j := i + 1
+	for j < len(s) && isAlnum(s[j]) {
+		j++
+	}
+	if j == i+1 || j < len(s) && !strings.ContainsRune("/\"'):,;]>", rune(s[j])) {
+		return 0
+	}
+	if numeric && (j-i-1 > 5 || strings.Trim(s[i+1:j], "0123456789") != "") {
+		return 0
+	}
+	return j
+}
+
+func isAlnum(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
+}
+
+// sellerCreds returns where user:pass starts when s begins like the
+// host:port:user:pass seller format (IPv6 hosts bracketed, a numeric
+// port, a non-empty rest), or -1.
+func sellerCreds(s string) int {
 	hostEnd := 0
 	if strings.HasPrefix(s, "[") {
 		hostEnd = strings.Index(s, "]")
 		if hostEnd < 0 {
-			return s
+			return -1
 		}
 		hostEnd++
 	} else if hostEnd = strings.Index(s, ":"); hostEnd < 0 {
-		return s
+		return -1
 	}
 	if hostEnd >= len(s) || s[hostEnd] != ':' {
-		return s
+		return -1
 	}
 	port := strings.Index(s[hostEnd+1:], ":")
-	if port < 0 {
-		return s // plain host:port
+	if port <= 0 || strings.Trim(s[hostEnd+1:hostEnd+1+port], "0123456789") != "" {
+		return -1 // plain host:port, user:pass@host, or no port at all
 	}
-	return s[:hostEnd+1+port+1] + redacted
+	if creds := hostEnd + 1 + port + 1; creds < len(s) {
+		return creds
+	}
+	return -1
 }

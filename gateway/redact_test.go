@@ -19,12 +19,24 @@ func TestRedactURL(t *testing.T) {
 		{"direct", "direct://", "direct://"},
 		{"unparseable port", "socks5://u:canary-pw-1234@h:notaport", "socks5://u:xxxxx@h:notaport"},
 		{"password with space", "http://u:my secret@h:1", "http://u:xxxxx@h:1"},
-		{"@ in path is not userinfo", "http://h:1/a@b", "http://h:1/a@b"},
+		// The userinfo ends at the last '@' even after a '/': a password
+		// may hold '/', and upstream URLs have no path to lose.
+		{"@ after a slash is taken for userinfo", "http://h:1/a@b", "http://h:xxxxx@xxxxx"},
+		{"# in password", "socks5://u2:Hash#Secret9@127.0.0.1:18102", "socks5://u2:xxxxx@127.0.0.1:18102"},
+		{"? in password", "socks5://u:PWQ?x@127.0.0.1:18102", "socks5://u:xxxxx@127.0.0.1:18102"},
+		{"/ in password", "socks5://u:a/b@h:1", "socks5://u:xxxxx@h:1"},
+		{"seller and userinfo at once", "socks5://u:12:34@h:1", "socks5://xxxxx"},
+		{"seller password holding @", "h:1080:u:p@ss", "xxxxx"},
+		{"scheme-less user only", "scraper@h:1", "xxxxx@h:1"},
+		{"not a scheme before ://", "u:pw://x@h:1", "xxxxx@h:1"},
 		{"seller user:pass@host:port", "scraper:canary-pw-1234@10.0.0.1:1080", "xxxxx@10.0.0.1:1080"},
 		{"seller host:port:user:pass", "10.0.0.1:1080:scraper:canary-pw-1234", "10.0.0.1:1080:xxxxx"},
 		{"seller ipv6 host:port:user:pass", "[2001:db8::1]:1080:u:canary", "[2001:db8::1]:1080:xxxxx"},
 		{"seller line behind a scheme", "socks5://10.0.0.1:1080:scraper:canary-pw-1234", "socks5://10.0.0.1:1080:xxxxx"},
-		{"the same with a path", "http://10.0.0.1:80:u:canary/x", "http://10.0.0.1:80:xxxxx/x"},
+		{"the same with a path", "http://10.0.0.1:80:u:canary/x", "http://10.0.0.1:80:xxxxx"},
+		{"password without a host", "socks5://u:pw", "socks5://u:xxxxx"},
+		{"password without a host, after an @", "socks5://u:a@b", "socks5://u:xxxxx@xxxxx"},
+		{"bad port kept after an @", "socks5://u:pw@h:notaport", "socks5://u:xxxxx@h:notaport"},
 		{"plain host:port", "10.0.0.1:1080", "10.0.0.1:1080"},
 		{"bracketed host:port", "[::1]:1080", "[::1]:1080"},
 		{"empty", "", ""},
@@ -63,6 +75,10 @@ func TestRedactText(t *testing.T) {
 		{"empty secret ignored", "text", []string{""}, "text"},
 		{"nothing to hide", "dial tcp 127.0.0.1:1: connection refused", nil, "dial tcp 127.0.0.1:1: connection refused"},
 		{"trailing scheme", "odd text ://", nil, "odd text ://"},
+		{"quoted url, then a colon", `Get "http://127.0.0.1:8080": EOF`, nil, `Get "http://127.0.0.1:8080": EOF`},
+		{"url with a path", `Get "http://example.com:80/a:b": EOF`, nil, `Get "http://example.com:80/a:b": EOF`},
+		{"host:port and a colon", "proxy socks5://10.0.0.1:80: refused", nil, "proxy socks5://10.0.0.1:80: refused"},
+		{"# in a password", `dial "socks5://u2:Hash#Secret9@127.0.0.1:18102": x`, nil, `dial "socks5://u2:xxxxx@127.0.0.1:18102": x`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,9 +1,11 @@
 package upstream
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -206,21 +208,68 @@ func defaultName(u *url.URL, withUser bool) string {
 	return u.Host
 }
 
-// ValidateURL checks an upstream URL without dialing. Errors never contain
-// the password.
+// ValidateURL checks an upstream URL without dialing, as strictly as a
+// list-file line (see CheckURL). Errors never contain the password.
 func ValidateURL(u *url.URL) error {
-	switch strings.ToLower(u.Scheme) {
-	case "direct":
+	err := CheckURL(u)
+	if err == nil {
 		return nil
-	case "socks5", "socks5h", "http", "https":
+	}
+	shown := Redact(u)
+	if strings.Contains(u.Path+u.RawQuery+u.Fragment, "@") {
+		// "u:12#x@h:1" parses as host "u:12" and fragment "x@h:1": a
+		// password with an unencoded '/', '?' or '#'. Its first part is
+		// now the host, so not even that is shown.
+		shown = u.Scheme + "://xxxxx"
+	} else if u.Opaque == "" {
+		c := *u
+		c.Path, c.RawPath, c.RawQuery, c.ForceQuery, c.Fragment, c.RawFragment = "", "", "", false, "", ""
+		shown = Redact(&c)
+	}
+	return fmt.Errorf("upstream %q: %w", shown, err)
+}
+
+// CheckURL says what is wrong with an upstream URL, without showing it,
+// for callers that show the URL as the user wrote it. It wants a known
+// scheme; for proxies a host and a port in 1-65535 and nothing after
+// host:port but an optional "/"; for direct:// nothing at all.
+func CheckURL(u *url.URL) error {
+	scheme := strings.ToLower(u.Scheme)
+	switch scheme {
+	case "direct", "socks5", "socks5h", "http", "https":
 	case "":
-		return fmt.Errorf("upstream %q: missing scheme (socks5, http, https or direct)", Redact(u))
+		return errors.New("missing scheme (socks5, http, https or direct)")
 	default:
-		return fmt.Errorf("upstream %q: unsupported scheme %q (socks5, http, https or direct)", Redact(u), u.Scheme)
+		return fmt.Errorf("unsupported scheme %q (socks5, http, https or direct)", u.Scheme)
+	}
+	if u.Opaque != "" {
+		return fmt.Errorf("want %s://[user:pass@]host:port", scheme)
+	}
+	if (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.ForceQuery || u.Fragment != "" {
+		if strings.Contains(u.Path+u.RawQuery+u.Fragment, "@") {
+			return errors.New("'/', '?' or '#' before the '@': percent-encode them in the password (%2F, %3F, %23)")
+		}
+		return errors.New("unexpected path, query or fragment after host:port")
+	}
+	if scheme == "direct" {
+		if u.Host != "" || u.User != nil {
+			return errors.New("direct:// takes no host, port or credentials (it dials targets itself)")
+		}
+		return nil
 	}
 	host, port, err := net.SplitHostPort(u.Host)
-	if err != nil || host == "" || port == "" {
-		return fmt.Errorf("upstream %q: want host:port", Redact(u))
+	switch {
+	case err != nil && u.Port() == "" && !strings.HasSuffix(u.Host, ":"), err == nil && port == "":
+		return errors.New("missing port (want host:port)")
+	case err != nil:
+		return errors.New("want host:port")
+	case host == "":
+		return errors.New("missing host (want host:port)")
+	}
+	if n, err := strconv.Atoi(port); err != nil || !isDigits(port) || n < 1 || n > 65535 {
+		// Not quoted: when net/url read a password as the port, the
+		// caller's redacted URL hides it, and so must this.
+		return errors.New("invalid port (want 1-65535)")
 	}
 	return nil
 }

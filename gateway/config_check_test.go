@@ -1,0 +1,442 @@
+package gateway
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/BurntSushi/toml"
+	"github.com/rs/zerolog"
+)
+
+// tomlString quotes s as a TOML basic string: unlike Go's %q it never
+// writes \x or \a escapes, which TOML does not have.
+func tomlString(s string) string {
+	var b strings.Builder
+	b.WriteByte('"')
+	for _, r := range s {
+		switch {
+		case r == '"' || r == '\\':
+			b.WriteByte('\\')
+			b.WriteRune(r)
+		case r < 0x20 || r == 0x7f:
+			fmt.Fprintf(&b, "\\u%04X", r)
+		default:
+			b.WriteRune(r)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
+}
+
+// nastyPasswords hold every character that net/url, TOML or a seller's
+// format treats specially. Each is built from markers (letter, digit,
+// letter…) found nowhere else, so that a leaked piece is seen too.
+var nastyPasswords = []string{
+	"K7qa#Zx9w", "Mv3b?Jp2c", "Rt5d/Gh6e", "Wq8f@Lk4g", "Np2h%zzYu7i", "Bc4j%41Df5k",
+	"Hy6l Tr3m", "Pö8nÜs9o✓", "Xe1p:Vb2q:Cn3r", `Aa4s"Ss5t'`, `Dd6u\Ff7v`, "90817263",
+	"Gg8w\tHh9x", "Jj1y]Kk2z[", "#?/@%:Ll3a", "Mm4b#", "?Nn5c", "/Oo6d", "@Pp7e", "Qq8f@",
+	"Rr9g #?@/Ss1h", "Tt2i=Uu3j&", "%Vv4k", "Ww5l%", "Xx6m%2", "Yy7n;Zz8o,", "Ab9p+Cd1q",
+	"Ef2r!$'()*Gh3s", "Ij4t://Kl5u", "Mn6v\nOp7w", "Qr8x%00St9y", "Uv1z%E2%9C%93Wx2a",
+}
+
+// secretPieces are the parts of pw that must never be shown: pw itself and
+// every run of three or more letters and digits in it.
+func secretPieces(pw string) []string {
+	pieces := []string{pw}
+	for _, p := range regexp.MustCompile(`[A-Za-z0-9]{3,}`).FindAllString(pw, -1) {
+		pieces = append(pieces, p)
+	}
+	return pieces
+}
+
+// urlShapes are the ways a password reaches [[upstream]] url: right and
+// wrong URLs, and the seller formats pasted where a URL belongs.
+var urlShapes = []string{
+	"socks5://scraper:%s@127.0.0.1:18102",
+	"http://scraper:%s@gw.example:8000",
+	"https://scraper:%s@[::1]:443",
+	"socks5://scraper:%s@127.0.0.1:99999",
+	"socks5://scraper:%s@127.0.0.1:0",
+	"socks5://scraper:%s@127.0.0.1",
+	"socks5://scraper:%s@127.0.0.1:notaport",
+	"https://scraper:%s@127.0.0.1:443/path",
+	"ftp://scraper:%s@127.0.0.1:21",
+	"direct://scraper:%s@direct",
+	"scraper:%s@127.0.0.1:1080",
+	"127.0.0.1:1080:scraper:%s",
+	"socks5://127.0.0.1:1080:scraper:%s",
+	"socks5://:%s@127.0.0.1:1080",
+	"socks5://scraper:%s",
+}
+
+// TestConfigPasswordNeverInErrors: whatever an upstream password holds and
+// whatever is wrong with its URL, no config error (-check, a rejected
+// reload, a start) shows it or a piece of it (bug: '#' and '?' leaked).
+// Each URL is written twice, so a valid one fails as a duplicate and its
+// error is checked too.
+func TestConfigPasswordNeverInErrors(t *testing.T) {
+	dir := t.TempDir()
+	for _, pw := range nastyPasswords {
+		for _, shape := range urlShapes {
+			raw := strings.Replace(shape, "%s", pw, 1)
+			t.Run(fmt.Sprintf("%q", raw), func(t *testing.T) {
+				entry := "[[upstream]]\nname = \"n\"\nurl = " + tomlString(raw) + "\n"
+				text := "# padding\n" + entry + entry
+				check := func(where, out string) {
+					t.Helper()
+					for _, p := range secretPieces(pw) {
+						if strings.Contains(out, p) {
+							t.Errorf("%s shows %q of the password:\n%s", where, p, out)
+						}
+					}
+				}
+				_, err := ParseConfig("rotor.toml", []byte(text))
+				if err == nil {
+					t.Fatalf("config accepted:\n%s", text)
+				}
+				check("ParseConfig", err.Error())
+				var ces ConfigErrors
+				if !errors.As(err, &ces) {
+					t.Fatalf("error %T is not ConfigErrors", err)
+				}
+				for _, ce := range ces {
+					if ce.Line != 4 && ce.Line != 7 { // the url lines (the name line for the duplicate name)
+						if !strings.Contains(ce.Msg, "name") || (ce.Line != 3 && ce.Line != 6) {
+							t.Errorf("error at line %d, want a url line (4 or 7): %v", ce.Line, ce)
+						}
+					}
+				}
+				path := filepath.Join(dir, "rotor.toml")
+				if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := LoadConfig(path); err != nil {
+					check("LoadConfig", err.Error())
+				}
+				check("redactURL", redactURL(raw))
+				// redactText finds URLs by their scheme, and takes them to
+				// end at white space.
+				if strings.Contains(shape, "://") && !strings.ContainsAny(pw, " \t\n") {
+					check("redactText", redactText(`dial "`+raw+`": refused`))
+				}
+			})
+		}
+	}
+}
+
+// TestConfigPasswordEnvNeverInErrors: a password from password_env that
+// the URL cannot carry is not shown either.
+func TestConfigPasswordEnvNeverInErrors(t *testing.T) {
+	t.Setenv("ROTOR_TEST_NASTY_PW", "K7qa#Zx9w")
+	text := "[[upstream]]\nurl = \"http://scraper@127.0.0.1:3128\"\npassword_env = \"ROTOR_TEST_NASTY_PW\"\npipeline = true\n"
+	_, err := ParseConfig("rotor.toml", []byte(text))
+	if err == nil || !strings.Contains(err.Error(), "pipeline") {
+		t.Fatalf("err = %v, want the pipeline error", err)
+	}
+	for _, p := range secretPieces("K7qa#Zx9w") {
+		if strings.Contains(err.Error(), p) {
+			t.Errorf("error shows %q: %v", p, err)
+		}
+	}
+}
+
+// durationKeys lists the dotted TOML key of every time.Duration field of
+// t, tables included: the test walks the type, so a duration key added
+// later is covered without editing the test.
+func durationKeys(t reflect.Type, prefix string) []string {
+	var keys []string
+	for _, f := range reflect.VisibleFields(t) {
+		if !f.IsExported() || len(f.Index) > 1 {
+			continue
+		}
+		name, _, _ := strings.Cut(f.Tag.Get("toml"), ",")
+		if name == "" || name == "-" {
+			continue
+		}
+		switch {
+		case f.Type == reflect.TypeFor[time.Duration]():
+			keys = append(keys, prefix+name)
+		case f.Type.Kind() == reflect.Struct:
+			keys = append(keys, durationKeys(f.Type, prefix+name+".")...)
+		}
+	}
+	return keys
+}
+
+// durationConf sets the dotted key to value in an otherwise valid config.
+func durationConf(key, value string) string {
+	table, k := "", key
+	if i := strings.LastIndex(key, "."); i >= 0 {
+		table, k = key[:i], key[i+1:]
+	}
+	text := k + " = " + value + "\n"
+	if table != "" {
+		text = "[" + table + "]\n" + text
+	}
+	return text + "[[upstream]]\nurl = \"direct://\"\n"
+}
+
+// TestConfigDurationsMustBeStrings: the contract's durations are Go
+// duration strings. A number anywhere a duration goes is an error at its
+// line (bug: "timeout = 5" was 5ns, and every probe failed).
+func TestConfigDurationsMustBeStrings(t *testing.T) {
+	keys := durationKeys(reflect.TypeFor[Config](), "")
+	for _, want := range []string{"shutdown_grace", "tunnel_idle_timeout", "listen.handshake_timeout",
+		"pool.wait_for_upstream", "pool.slow_start", "pool.connect_timeout", "pool.handshake_timeout", "pool.session_ttl",
+		"probe.timeout", "cooldown.refused.base", "cooldown.target_http_error.max", "slow_body.first_byte", "slow_body.stall",
+		"cluster.lease_ttl"} {
+		found := false
+		for _, k := range keys {
+			found = found || k == want
+		}
+		if !found {
+			t.Errorf("duration key %s not found by the walk (found %v)", want, keys)
+		}
+	}
+	for _, key := range keys {
+		line := strings.Count(durationConf(key, "0"), "\n") - 2
+		for _, tc := range []struct{ value, want string }{
+			{"5", "the integer 5"},
+			{"10", "the integer 10"},
+			{"2.5", "the float 2.5"},
+			{"true", "the boolean true"},
+			{"[1]", "an array"},
+		} {
+			t.Run(key+"="+tc.value, func(t *testing.T) {
+				_, err := ParseConfig("d.toml", []byte(durationConf(key, tc.value)))
+				want := fmt.Sprintf("d.toml:%d: %s: want a duration string like \"5s\", got %s", line, key, tc.want)
+				if err == nil || err.Error() != want {
+					t.Errorf("err = %v\nwant   %s", err, want)
+				}
+			})
+		}
+		t.Run(key+"=bad string", func(t *testing.T) {
+			_, err := ParseConfig("d.toml", []byte(durationConf(key, `"5 seconds"`)))
+			want := fmt.Sprintf("d.toml:%d: %s: invalid duration \"5 seconds\"", line, key)
+			if err == nil || !strings.HasPrefix(err.Error(), want) {
+				t.Errorf("err = %v, want %s…", err, want)
+			}
+		})
+		t.Run(key+"=string", func(t *testing.T) {
+			_, err := ParseConfig("d.toml", []byte(durationConf(key, `"5s"`)))
+			if err != nil && strings.Contains(err.Error(), "duration") {
+				t.Errorf("\"5s\" refused: %v", err)
+			}
+		})
+	}
+	t.Run("several at once, in line order", func(t *testing.T) {
+		text := "[probe]\ntimeout = 5\n[listen]\nhandshake_timeout = 10\n[cooldown.refused]\nbase = 1.5\n[[upstream]]\nurl = \"direct://\"\n"
+		_, err := ParseConfig("d.toml", []byte(text))
+		want := `d.toml:2: probe.timeout: want a duration string like "5s", got the integer 5
+d.toml:4: listen.handshake_timeout: want a duration string like "5s", got the integer 10
+d.toml:6: cooldown.refused.base: want a duration string like "5s", got the float 1.5`
+		if err == nil || err.Error() != want {
+			t.Errorf("err = %v\nwant %s", err, want)
+		}
+	})
+}
+
+// freeLoopbackPort returns a port nothing listens on right now.
+func freeLoopbackPort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	ln.Close()
+	return port
+}
+
+// TestConfigRefusesWhatStartRefuses: every [listen] setting that makes
+// Start fail is a config error at the line of its key, so -check and a
+// reload fail on it too (bug: -check passed, then "start failed"). The
+// same settings are given to Start directly, past ParseConfig, to show
+// that it does refuse them.
+func TestConfigRefusesWhatStartRefuses(t *testing.T) {
+	t.Setenv("ROTOR_TEST_UNSET_TOKEN", "")
+	port := freeLoopbackPort(t)
+	tests := []struct {
+		name   string
+		listen string // the [listen] table; its line 1 is line 1 of the file
+		line   int
+		want   string
+		// start: also Start it (never when it would bind beyond loopback)
+		start bool
+	}{
+		{"socks5 on 0.0.0.0, no client", "socks5 = \"0.0.0.0:18790\"\nhttp = \"\"\nadmin = \"\"", 2, "refusing to start an open proxy: 0.0.0.0:18790", true},
+		{"socks5 on [::]", "http = \"\"\nadmin = \"\"\nsocks5 = \"[::]:18790\"", 4, "open proxy", true},
+		{"socks5 on every interface", "http = \"\"\nsocks5 = \":18790\"\nadmin = \"\"", 3, "open proxy", true},
+		{"http on a LAN address", "socks5 = \"\"\nhttp = \"10.1.2.3:8080\"\nadmin = \"\"", 3, "open proxy", true},
+		{"admin beyond loopback, no token", "socks5 = \"127.0.0.1:0\"\nhttp = \"\"\nadmin = \"0.0.0.0:19090\"", 4, "listen.admin 0.0.0.0:19090 is not a loopback address and no admin_token", true},
+		{"admin_token_env unset", "socks5 = \"127.0.0.1:0\"\nhttp = \"\"\nadmin_token_env = \"ROTOR_TEST_UNSET_TOKEN\"\nadmin = \"0.0.0.0:19090\"", 5, "admin_token_env names ROTOR_TEST_UNSET_TOKEN, which is empty or unset", true},
+		{"unknown port", "socks5 = \"127.0.0.1:notaport\"\nhttp = \"\"\nadmin = \"\"", 2, "listen.socks5: unknown port \"notaport\"", true},
+		{"port out of range", "socks5 = \"127.0.0.1:0\"\nhttp = \"\"\nadmin = \"localhost:99999\"", 4, "listen.admin: port 99999 is out of range (0-65535)", true},
+		{"not host:port", "socks5 = \"127.0.0.1\"\nhttp = \"\"\nadmin = \"\"", 2, "listen.socks5: \"127.0.0.1\" is not host:port", true},
+		{"two fronts on one address", "socks5 = \"127.0.0.1:" + port + "\"\nhttp = \"127.0.0.1:" + port + "\"\nadmin = \"\"", 3, "listen.http: 127.0.0.1:" + port + " is already listen.socks5's address", true},
+		{"localhost is 127.0.0.1", "socks5 = \"127.0.0.1:" + port + "\"\nhttp = \"\"\nadmin = \"localhost:" + port + "\"", 4, "listen.admin: localhost:" + port + " is already listen.socks5's address", true},
+		{"a wildcard covers loopback", "allow_open = true\nsocks5 = \"0.0.0.0:" + port + "\"\nhttp = \"127.0.0.1:" + port + "\"\nadmin = \"\"", 4, "is already listen.socks5's address", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			text := "[listen]\n" + tt.listen + "\n[[upstream]]\nurl = \"direct://\"\n"
+			_, err := ParseConfig("l.toml", []byte(text))
+			want := fmt.Sprintf("l.toml:%d: ", tt.line)
+			if err == nil || !strings.HasPrefix(err.Error(), want) || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("ParseConfig: %v\nwant %s…%s…", err, want, tt.want)
+			}
+			if !tt.start {
+				return
+			}
+			// The same [listen] past validation: Start must refuse it.
+			cfg, err := ParseConfig("ok.toml", []byte("[[upstream]]\nurl = \"direct://\"\n"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := decodeListen(tt.listen, &cfg.Listen); err != nil {
+				t.Fatal(err)
+			}
+			srv, err := New(cfg, Options{Log: zerolog.Nop()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := srv.Start(); err == nil {
+				t.Errorf("Start accepted what ParseConfig refuses")
+			}
+			_ = srv.Shutdown(t.Context())
+		})
+	}
+	for _, ok := range []string{
+		"socks5 = \"0.0.0.0:0\"\nallow_open = true\nadmin = \"\"",
+		"socks5 = \"127.0.0.1:0\"\nhttp = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"", // 0: a free port each
+		"socks5 = \"127.0.0.1:1080\"\nhttp = \"[::1]:1080\"\nadmin = \"\"",
+		"socks5 = \"0.0.0.0:1080\"\nhttp = \"[::1]:1080\"\nadmin = \"\"\nallow_open = true",
+		"admin = \"0.0.0.0:9090\"\nadmin_token = \"t0ken\"",
+		"socks5 = \"127.0.0.1:socks\"\nhttp = \"localhost:http\"", // service names, as net.Listen takes them
+	} {
+		t.Run("accepted/"+ok, func(t *testing.T) {
+			if _, err := ParseConfig("l.toml", []byte("[listen]\n"+ok+"\n[[upstream]]\nurl = \"direct://\"\n")); err != nil {
+				t.Errorf("refused: %v", err)
+			}
+		})
+	}
+	t.Run("with a client", func(t *testing.T) {
+		text := "[listen]\nsocks5 = \"0.0.0.0:1080\"\nhttp = \"[::]:8080\"\n[[client]]\nusername = \"u\"\npassword = \"pw\"\n[[upstream]]\nurl = \"direct://\"\n"
+		if _, err := ParseConfig("l.toml", []byte(text)); err != nil {
+			t.Errorf("refused: %v", err)
+		}
+	})
+}
+
+// decodeListen fills l from the body of a [listen] table and resolves
+// admin_token_env as ParseConfig does, without validating.
+func decodeListen(body string, l *ListenConfig) (*ListenConfig, error) {
+	var wrap struct {
+		Listen ListenConfig `toml:"listen"`
+	}
+	wrap.Listen = *l
+	if _, err := toml.Decode("[listen]\n"+body+"\n", &wrap); err != nil {
+		return nil, err
+	}
+	*l = wrap.Listen
+	if l.AdminToken == "" && l.AdminTokenEnv != "" {
+		l.AdminToken = os.Getenv(l.AdminTokenEnv)
+	}
+	return l, nil
+}
+
+// TestConfigUpstreamURLChecks: [[upstream]] url is checked as strictly as
+// a list-file line, and its errors point at the url line.
+func TestConfigUpstreamURLChecks(t *testing.T) {
+	tests := []struct {
+		url  string
+		want string // "" = valid
+	}{
+		{"socks5://u:pw@127.0.0.1:1080", ""},
+		{"http://127.0.0.1:3128/", ""},
+		{"https://[::1]:443", ""},
+		{"direct://", ""},
+		{"socks5://u:pw@127.0.0.1:99999", `"socks5://u:xxxxx@127.0.0.1:99999": invalid port (want 1-65535)`},
+		{"socks5://127.0.0.1:0", `"socks5://127.0.0.1:0": invalid port`},
+		{"socks5://127.0.0.1:65536", `"socks5://127.0.0.1:65536": invalid port`},
+		{"socks5://127.0.0.1", "missing port"},
+		{"socks5://127.0.0.1:", "missing port"},
+		{"socks5://:1080", "missing host"},
+		{"socks5://127.0.0.1:x1080", "invalid url (invalid port after host)"},
+		{"https://127.0.0.1:443/path", "unexpected path, query or fragment"},
+		{"http://127.0.0.1:3128?x=1", "unexpected path, query or fragment"},
+		{"http://127.0.0.1:3128#frag", "unexpected path, query or fragment"},
+		{"direct://foo:80", "direct:// takes no host"},
+		{"direct://u:pw@", "direct:// takes no host"},
+		{"direct:///x", "unexpected path"},
+		{"127.0.0.1:1080", "want scheme://[user:pass@]host:port"},
+		{"10.0.0.1:1080:u:pw", "host:port:user:pass is a list-file format"},
+		{"socks5://u2:Hash#Secret9@127.0.0.1:18102", "percent-encode them in the password"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.url, func(t *testing.T) {
+			text := "[[upstream]]\nname = \"n\"\n\nurl = " + tomlString(tt.url) + "\n"
+			_, err := ParseConfig("u.toml", []byte(text))
+			switch {
+			case tt.want == "" && err != nil:
+				t.Errorf("refused: %v", err)
+			case tt.want == "":
+			case err == nil:
+				t.Errorf("accepted, want %q", tt.want)
+			case !strings.HasPrefix(err.Error(), "u.toml:4: ") || !strings.Contains(err.Error(), tt.want):
+				t.Errorf("err = %v, want u.toml:4: …%s…", err, tt.want)
+			}
+		})
+	}
+	t.Run("second entry points at its own url line", func(t *testing.T) {
+		text := "[[upstream]]\nurl = \"direct://\"\n[[upstream]]\nname = \"x\"\nurl = \"socks5://127.0.0.1:0\"\n"
+		_, err := ParseConfig("u.toml", []byte(text))
+		if err == nil || !strings.HasPrefix(err.Error(), "u.toml:5: ") {
+			t.Errorf("err = %v, want u.toml:5:", err)
+		}
+	})
+	t.Run("password_env points at its line", func(t *testing.T) {
+		text := "[[upstream]]\nurl = \"socks5://u@127.0.0.1:1080\"\npassword_env = \"ROTOR_TEST_UNSET_UPSTREAM_PW\"\n"
+		_, err := ParseConfig("u.toml", []byte(text))
+		if err == nil || !strings.HasPrefix(err.Error(), "u.toml:3: ") || !strings.Contains(err.Error(), "ROTOR_TEST_UNSET_UPSTREAM_PW") {
+			t.Errorf("err = %v, want u.toml:3: …ROTOR_TEST_UNSET_UPSTREAM_PW…", err)
+		}
+	})
+}
+
+// TestConfigDecodeErrorsFileLine: the decoder's type errors come out as
+// FILE:LINE: key: message, the line being that of the bad value even in
+// a later [[table]] element, with no "toml: line N" noise and no value.
+func TestConfigDecodeErrorsFileLine(t *testing.T) {
+	tests := []struct{ name, text, want string }{
+		{"string for an array in the second element",
+			"[[upstream]]\nurl = \"direct://\"\ntags = [\"a\"]\n[[upstream]]\nurl = \"socks5://127.0.0.1:1\"\ntags = \"x\"\n[[upstream]]\nurl = \"socks5://127.0.0.1:2\"\ntags = [\"y\"]\n",
+			"t.toml:6: upstream.tags: want an array, got a string"},
+		{"integer for a string", "[listen]\nsocks5 = 1080\n[[upstream]]\nurl = \"direct://\"\n",
+			"t.toml:2: listen.socks5: want a string, got an integer"},
+		{"integer for a table", "listen = 5\n[[upstream]]\nurl = \"direct://\"\n",
+			"t.toml:1: listen: want a table, got an integer"},
+		{"string for a number", "[pool]\nmax_attempts = \"3\"\n[[upstream]]\nurl = \"direct://\"\n",
+			"t.toml:2: pool.max_attempts: want an integer, got a string"},
+		{"a password is not echoed", "[[client]]\nusername = \"a\"\npassword = 918273645\n[[upstream]]\nurl = \"direct://\"\n",
+			"t.toml:3: client.password: want a string, got an integer"},
+		{"string for a boolean", "[[upstream]]\nurl = \"direct://\"\ndisabled = \"yes\"\n",
+			"t.toml:3: upstream.disabled: want true or false, got a string"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := ParseConfig("t.toml", []byte(tt.text))
+			if err == nil || err.Error() != tt.want {
+				t.Errorf("err = %v\nwant   %s", err, tt.want)
+			}
+		})
+	}
+}
