@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/rotor-proxy/rotor/health"
+	"github.com/rotor-proxy/rotor/upstream"
 	"github.com/rotor-proxy/rotor/upstream/upstreamtest"
 )
 
@@ -69,6 +70,20 @@ func TestClassifiedFailures(t *testing.T) {
 			want{class: health.UpstreamError, stage: health.StageProxyHandshake, cools: false, status: 403, xrotor: "upstream_error; stage=proxy_handshake", connect: true}},
 		{"socks5 not allowed by ruleset", "socks5", upstreamtest.Mode{Fault: upstreamtest.Reply, Code: 2}, "", "/ok",
 			want{class: health.UpstreamError, stage: health.StageTargetConnect, cools: false, socks: repNotAllowed}},
+		// A target that never accepts behind a healthy SOCKS5 upstream
+		// (it answered the greeting and auth): the target timed out, the
+		// client hears so at once (issue: REP 1 after 3 attempts, and the
+		// upstream cooled as timeout/proxy_handshake).
+		{"socks5 target never accepts", "socks5", upstreamtest.Mode{Fault: upstreamtest.HangConnect}, "", "/ok",
+			want{class: health.TargetTimeout, stage: health.StageTargetConnect, cools: false, socks: repTTLExpired}},
+		// The client chose an address type the upstream lacks: scoped to
+		// the host, and the client hears REP 8 (issue: REP 1, and the whole
+		// upstream cooled).
+		{"socks5 address type not supported", "socks5", upstreamtest.Mode{Fault: upstreamtest.Reply, Code: 8}, "", "/ok",
+			want{class: health.UpstreamError, stage: health.StageTargetConnect, cools: false, socks: repAddrNotSupported}},
+		// squid's ERR_CONNECT_FAIL 111 is a refused connection: REP 5, not 4.
+		{"squid target refused, socks front", "http", upstreamtest.Mode{Fault: upstreamtest.Reply, Code: 503, Header: http.Header{"X-Squid-Error": {"ERR_CONNECT_FAIL 111"}}}, "", "/ok",
+			want{class: health.TargetUnreachable, stage: health.StageTargetConnect, cools: false, socks: repConnRefused}},
 		{"socks5 slow first byte", "socks5", upstreamtest.Mode{Fault: upstreamtest.Accept, FirstByteDelay: 3e9}, "[slow_body]\nfirst_byte = \"300ms\"\n", "/ok",
 			want{class: health.SlowBody, stage: health.StageFirstByte, cools: true}},
 	}
@@ -84,7 +99,7 @@ func TestClassifiedFailures(t *testing.T) {
 			// point: elsewhere a loaded machine must not turn a slow
 			// answer into one.
 			handshake := "5s"
-			if tc.want.class == health.Timeout {
+			if tc.want.class == health.Timeout || tc.mode.Fault == upstreamtest.HangConnect {
 				handshake = "300ms"
 			}
 			conf := fmt.Sprintf("%s\n%s\n[pool]\nstart_eligible = true\nmax_attempts = 1\nwait_for_upstream = \"100ms\"\nhandshake_timeout = %q\n[[upstream]]\nurl = %q\nname = \"up\"\n",
@@ -212,5 +227,101 @@ func TestPolicyRefusalTriesAnotherUpstream(t *testing.T) {
 	host, _, _ := strings.Cut(target.Addr(), ":")
 	if len(snap.Targets) != 1 || snap.Targets[0].Host != host || snap.Targets[0].Reason != health.UpstreamError {
 		t.Errorf("per-target cooldowns = %+v, want one for %s", snap.Targets, host)
+	}
+}
+
+// TestPlainHTTPProxyAnswers: an http upstream's own error answers to a
+// plain-HTTP request (squid marks them with X-Squid-Error). Issue: squid's
+// 400 ERR_INVALID_URL and its 403 ERR_ACCESS_DENIED (stock squid denies
+// !Safe_ports) cooled it entirely as upstream_error at http_status, with
+// a detail naming CONNECT for a GET.
+func TestPlainHTTPProxyAnswers(t *testing.T) {
+	target := upstreamtest.NewTarget(t)
+	host, _, _ := strings.Cut(target.Addr(), ":")
+	squid := func(code int, tag string) upstreamtest.Mode {
+		return upstreamtest.Mode{Fault: upstreamtest.Reply, Code: code, Header: http.Header{"X-Squid-Error": {tag}}}
+	}
+	t.Run("400 ERR_INVALID_URL is the client's", func(t *testing.T) {
+		up := upstreamtest.NewHTTPProxy(t, upstreamtest.Options{Mode: squid(400, "ERR_INVALID_URL 0")})
+		other := upstreamtest.NewHTTPProxy(t, upstreamtest.Options{})
+		srv, _ := startGateway(t, fmt.Sprintf("%s\n[pool]\nstart_eligible = true\nstrategy = \"round-robin\"\n[[upstream]]\nurl = %q\nname = \"up\"\n[[upstream]]\nurl = %q\nname = \"other\"\n",
+			probeConf(target), up.URL().String(), other.URL().String()))
+		resp, err := httpGet(t, srv.Addr("http"), "", "", target.URL("/ok"), false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != http.StatusBadRequest || resp.Header.Get("X-Rotor-Error") != "bad_request; upstream=up" {
+			t.Errorf("client got %d X-Rotor-Error %q, want 400 bad_request; upstream=up", resp.StatusCode, resp.Header.Get("X-Rotor-Error"))
+		}
+		snap := srv.Tracker().Snapshot(srv.Pool().Lookup("up").Record())
+		if snap.State != health.Eligible || len(snap.Failures) != 0 || len(snap.Targets) != 0 {
+			t.Errorf("up: %v failures %v targets %+v: the client's URL counted against the upstream", snap.State, snap.Failures, snap.Targets)
+		}
+		if other.Forwards() != 0 {
+			t.Errorf("the request went on to another upstream")
+		}
+	})
+	t.Run("403 ERR_ACCESS_DENIED cools for the host only", func(t *testing.T) {
+		up := upstreamtest.NewHTTPProxy(t, upstreamtest.Options{Mode: squid(403, "ERR_ACCESS_DENIED 0")})
+		srv, _ := startGateway(t, fmt.Sprintf("%s\n[pool]\nstart_eligible = true\nmax_attempts = 1\nwait_for_upstream = \"100ms\"\n[[upstream]]\nurl = %q\nname = \"up\"\n",
+			probeConf(target), up.URL().String()))
+		resp, err := httpGet(t, srv.Addr("http"), "", "", target.URL("/ok"), false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != http.StatusForbidden {
+			t.Errorf("client got %d, want 403", resp.StatusCode)
+		}
+		snap := srv.Tracker().Snapshot(srv.Pool().Lookup("up").Record())
+		if snap.State != health.Eligible || len(snap.Targets) != 1 || snap.Targets[0].Host != host {
+			t.Fatalf("up: %v targets %+v, want eligible and cooling for %s only", snap.State, snap.Targets, host)
+		}
+		h := snap.History[len(snap.History)-1]
+		if strings.Contains(h.Detail, "CONNECT") || !strings.Contains(h.Detail, "forwarded request") {
+			t.Errorf("detail %q names CONNECT for a GET", h.Detail)
+		}
+	})
+}
+
+// TestExplain pins what the client is told for each kind of pool error.
+func TestExplain(t *testing.T) {
+	attempts := func(f *health.Failure) error {
+		return &upstream.AttemptsError{Attempts: []upstream.Attempt{{Upstream: "up", Failure: f}}}
+	}
+	classify := func(err error) *health.Failure { return upstream.Classify(err, health.StageProxyHandshake) }
+	tests := []struct {
+		name   string
+		err    error
+		socks  byte
+		status int
+		header string
+	}{
+		{"invalid target", &health.Failure{Class: health.TargetUnreachable, Stage: health.StageTargetConnect,
+			Err: fmt.Errorf("%w: bad", upstream.ErrInvalidTarget)}, repHostUnreachable, 400, "bad_request"},
+		{"squid rejects the URL", attempts(classify(&upstream.ConnectStatusError{StatusCode: 400, Status: "400 Bad Request", SquidError: "ERR_INVALID_URL 0"})),
+			repHostUnreachable, 400, "bad_request; upstream=up"},
+		{"squid rejects a forwarded request", attempts(upstream.PlainAnswer(&upstream.ConnectStatusError{StatusCode: 414, Status: "414 URI Too Long", SquidError: "ERR_TOO_BIG 0"})),
+			repHostUnreachable, 414, "bad_request; upstream=up"},
+		{"squid refused 111", attempts(classify(&upstream.ConnectStatusError{StatusCode: 503, Status: "503 Service Unavailable", SquidError: "ERR_CONNECT_FAIL 111"})),
+			repConnRefused, 502, "target_unreachable; stage=target_connect; upstream=up"},
+		{"tinyproxy unable to connect", attempts(classify(&upstream.ConnectStatusError{StatusCode: 500, Status: "500 Unable to connect"})),
+			repConnRefused, 502, "target_unreachable; stage=target_connect; upstream=up"},
+		{"squid dns", attempts(classify(&upstream.ConnectStatusError{StatusCode: 503, Status: "503 Service Unavailable", SquidError: "ERR_DNS_FAIL 0"})),
+			repHostUnreachable, 502, "target_unreachable; stage=target_connect; upstream=up"},
+		{"socks rep 3", attempts(classify(&upstream.ReplyError{Code: 3})), repNetUnreachable, 502, "target_unreachable; stage=target_connect; upstream=up"},
+		{"target timeout", attempts(classify(&upstream.ReplyError{Code: 6})), repTTLExpired, 504, "target_timeout; stage=target_connect; upstream=up"},
+		{"address type", attempts(classify(&upstream.ReplyError{Code: 8})), repAddrNotSupported, 502, "upstream_error; stage=target_connect; upstream=up"},
+		{"policy refusal", attempts(classify(&upstream.ReplyError{Code: 2})), repNotAllowed, 403, "upstream_error; stage=target_connect; upstream=up"},
+		{"slow body scoped to its target", attempts(&health.Failure{Class: health.SlowBody, Stage: health.StageFirstByte, Scope: health.ScopeTarget}),
+			repGeneralFailure, 502, "slow_body; stage=first_byte; upstream=up"},
+		{"general failure", attempts(classify(&upstream.ReplyError{Code: 1})), repGeneralFailure, 502, "upstream_error; stage=target_connect; upstream=up"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cf := explain(tt.err)
+			if cf.SOCKS != tt.socks || cf.Status != tt.status || cf.Header != tt.header {
+				t.Errorf("explain = %#x %d %q, want %#x %d %q (%s)", cf.SOCKS, cf.Status, cf.Header, tt.socks, tt.status, tt.header, cf.Reason)
+			}
+		})
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"syscall"
 
 	"github.com/rotor-proxy/rotor/health"
 	"github.com/rotor-proxy/rotor/upstream"
@@ -22,9 +21,19 @@ type clientFailure struct {
 // here, in one place, for both fronts:
 //   - nothing eligible within wait_for_upstream: SOCKS 0x01, HTTP 503,
 //     X-Rotor-Error: unavailable;
+//   - the client's own fault: a target no upstream can be asked for
+//     (upstream.ErrInvalidTarget): SOCKS 0x04, HTTP 400, bad_request; a
+//     request an upstream proxy rejected (upstream.ErrRequestRejected,
+//     e.g. squid's 400 ERR_INVALID_URL): SOCKS 0x04, the proxy's own 4xx
+//     status;
 //   - a healthy upstream reported the target unreachable: the target's own
-//     SOCKS code (or 0x05 refused / 0x04 host unreachable), HTTP 502;
+//     SOCKS code, or the one upstream.TargetReplyCode translates (0x05
+//     for squid's ERR_CONNECT_FAIL 111), HTTP 502;
 //   - the target timed out behind a healthy upstream: SOCKS 0x06, HTTP 504;
+//   - the last upstream refused this destination (scope target): by its
+//     policy (CONNECT 403, SOCKS5 reply 2) SOCKS 0x02, HTTP 403; for its
+//     address type (SOCKS5 reply 8, an IPv6 target through an IPv4-only
+//     proxy) SOCKS 0x08, HTTP 502;
 //   - every attempt failed on the upstreams themselves: SOCKS 0x01, HTTP 502.
 func explain(err error) clientFailure {
 	if errors.Is(err, upstream.ErrNoEligible) {
@@ -37,27 +46,36 @@ func explain(err error) clientFailure {
 		}
 		return cf
 	}
-	var f *health.Failure
-	if !errors.As(err, &f) {
-		return clientFailure{SOCKS: repGeneralFailure, Status: http.StatusBadGateway, Header: "upstream_error",
-			Reason: "rotor: " + err.Error()}
-	}
 	name := ""
 	var ae *upstream.AttemptsError
 	if errors.As(err, &ae) {
 		name = ae.Last().Upstream
+	}
+	if errors.Is(err, upstream.ErrInvalidTarget) {
+		return clientFailure{SOCKS: repHostUnreachable, Status: http.StatusBadRequest, Header: "bad_request",
+			Reason: "rotor: " + err.Error()}
+	}
+	var ce *upstream.ConnectStatusError
+	if errors.Is(err, upstream.ErrRequestRejected) && errors.As(err, &ce) {
+		status := ce.StatusCode
+		if status < 400 || status > 599 {
+			status = http.StatusBadRequest
+		}
+		return clientFailure{SOCKS: repHostUnreachable, Status: status, Header: "bad_request; upstream=" + name,
+			Reason: fmt.Sprintf("upstream %s rejected the request: %v", name, ce)}
+	}
+	var f *health.Failure
+	if !errors.As(err, &f) {
+		return clientFailure{SOCKS: repGeneralFailure, Status: http.StatusBadGateway, Header: "upstream_error",
+			Reason: "rotor: " + err.Error()}
 	}
 	cf := clientFailure{SOCKS: repGeneralFailure, Status: http.StatusBadGateway,
 		Header: fmt.Sprintf("%s; stage=%s; upstream=%s", f.Class, f.Stage, name)}
 	switch f.Class {
 	case health.TargetUnreachable:
 		cf.SOCKS = repHostUnreachable
-		var re *upstream.ReplyError
-		switch {
-		case errors.As(err, &re) && re.Code >= repNetUnreachable && re.Code <= repConnRefused:
-			cf.SOCKS = re.Code
-		case errors.Is(err, syscall.ECONNREFUSED):
-			cf.SOCKS = repConnRefused
+		if code, ok := upstream.TargetReplyCode(err); ok && code >= repNetUnreachable && code <= repConnRefused {
+			cf.SOCKS = code
 		}
 		cf.Reason = "the target is unreachable (reported by upstream " + name + ")"
 	case health.TargetTimeout:
@@ -69,7 +87,13 @@ func explain(err error) clientFailure {
 			n = len(ae.Attempts)
 		}
 		cf.Reason = fmt.Sprintf("every attempt failed (%d); last: upstream %s: %s at %s", n, name, f.Class, f.Stage)
-		if f.Scope == health.ScopeTarget {
+		switch code, _ := upstream.RefusalReplyCode(err); code {
+		case repAddrNotSupported:
+			// No upstream tried can reach this address type (an IPv6
+			// target through IPv4-only proxies); the client chose it.
+			cf.SOCKS = repAddrNotSupported
+			cf.Reason = fmt.Sprintf("every attempt failed (%d); last: upstream %s cannot reach this address type", n, name)
+		case repNotAllowed:
 			// The last upstream refused this destination by policy
 			// (CONNECT 403, SOCKS5 reply 2): say so, as a proxy would.
 			cf.SOCKS, cf.Status = repNotAllowed, http.StatusForbidden

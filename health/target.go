@@ -17,6 +17,31 @@ import (
 // They are bounded per record (Config.MaxTargets, oldest dropped and
 // counted), expire like any other cooldown, grow geometrically per host, and
 // are listed in Snapshot.Targets while active.
+//
+// A target is named "host" or "host:port" (Failure.Target, SuccessTarget,
+// AdmitTarget). Scoped cooldowns are per host: the port is dropped
+// (targetHost). The target-failure rule is per host:port: a failure counts
+// only when another record reached that exact host:port (see targetRule);
+// a target named without a port never counts towards it.
+
+// targetHost returns the host of a target named "host:port" or
+// "[ipv6]:port", or target itself when it has no port ("example.com",
+// "::1"). It allocates nothing (AdmitTarget calls it per pick).
+func targetHost(target string) string {
+	i := strings.LastIndexByte(target, ':')
+	switch {
+	case i < 0:
+		return target
+	case target[0] == '[':
+		if i > 1 && target[i-1] == ']' {
+			return target[1 : i-1]
+		}
+		return target
+	case strings.IndexByte(target[:i], ':') >= 0: // a bare IPv6 literal
+		return target
+	}
+	return target[:i]
+}
 
 // targetCooldown is one host's scoped cooldown on a record.
 type targetCooldown struct {
@@ -32,7 +57,8 @@ type targetCooldown struct {
 
 // coolTarget applies a target-scoped failure under the policy of s.
 // Caller holds r.mu.
-func (t *Tracker) coolTarget(s *settings, r *Record, now time.Time, class Class, stage Stage, host, detail string, err error, e *effects) {
+func (t *Tracker) coolTarget(s *settings, r *Record, now time.Time, class Class, stage Stage, target, detail string, err error, e *effects) {
+	host := targetHost(target)
 	tc := r.targets[host]
 	if tc == nil {
 		if r.targets == nil {
@@ -95,19 +121,20 @@ func (t *Tracker) dropTargets(s *settings, r *Record, now time.Time) {
 	r.publish()
 }
 
-// targetCooling reports whether r is cooling for host now.
-func (t *Tracker) targetCooling(r *Record, host string) bool {
+// targetCooling reports whether r is cooling for target's host now.
+func (t *Tracker) targetCooling(r *Record, target string) bool {
 	now := t.clock.Now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	tc := r.targets[host]
+	tc := r.targets[targetHost(target)]
 	return tc != nil && now.Before(tc.deadline)
 }
 
-// forgetTarget drops host's entry after a success for it (its streak
-// restarts). An entry still cooling is kept: the success came from a
-// tunnel opened before the ban.
-func (t *Tracker) forgetTarget(r *Record, host string, now time.Time) {
+// forgetTarget drops the entry of target's host after a success for it
+// (its streak restarts). An entry still cooling is kept: the success came
+// from a tunnel opened before the ban.
+func (t *Tracker) forgetTarget(r *Record, target string, now time.Time) {
+	host := targetHost(target)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if tc := r.targets[host]; tc != nil && !now.Before(tc.deadline) {
@@ -119,45 +146,67 @@ func (t *Tracker) forgetTarget(r *Record, host string, now time.Time) {
 
 // targetFail is one recent target failure reported on a record.
 type targetFail struct {
-	host string
-	at   time.Time
+	target string // host:port
+	at     time.Time
 }
 
 // maxTargetFails bounds the recent target failures a record remembers.
 const maxTargetFails = 32
 
-// targetRule records a target failure for host and cools r when the
+// targetRule records a target failure for target and cools r when the
 // target-failure rule of s holds (see Fail). Caller holds r.mu.
-func (t *Tracker) targetRule(s *settings, r *Record, now time.Time, host string, e *effects) {
-	if s.cfg.TargetRuleHosts < 0 || host == "" {
+//
+// "Other upstreams reach it" means another record reported SuccessTarget
+// for the very same host:port within the window: a healthy upstream that
+// reports a closed port (REP 5) or a silent one is telling the truth, and
+// port 80 reached by others says nothing about port 27098 (issue: any
+// client could cool every upstream with two requests to closed ports of
+// hosts others reach). A target named without a port never counts.
+// Refused targets do count when others reached that host:port a moment
+// ago: the port is open, and this upstream is the one that cannot get
+// through (an egress firewall answering REJECT looks exactly like that).
+// The hosts are counted, not the host:ports: a site that blocks this
+// exit on both its ports is one site.
+func (t *Tracker) targetRule(s *settings, r *Record, now time.Time, target string, e *effects) {
+	if s.cfg.TargetRuleHosts < 0 || targetHost(target) == target { // no port
 		return
 	}
 	win := s.cfg.TargetRuleWindow
 	keep := r.targetFails[:0]
 	for _, f := range r.targetFails {
-		if now.Sub(f.at) < win && f.host != host {
+		if now.Sub(f.at) < win && f.target != target {
 			keep = append(keep, f)
 		}
 	}
-	keep = append(keep, targetFail{host: host, at: now})
+	keep = append(keep, targetFail{target: target, at: now})
 	if len(keep) > maxTargetFails {
 		keep = keep[len(keep)-maxTargetFails:]
 	}
 	r.targetFails = keep
-	n := 0
+	var buf [maxTargetFails]string
+	hosts := buf[:0]
 	for _, f := range keep {
-		if t.seen.reachedByOther(f.host, r, now, win) {
-			n++
+		if h := targetHost(f.target); !slices.Contains(hosts, h) && t.seen.reachedByOther(f.target, r, now, win) {
+			hosts = append(hosts, h)
 		}
 	}
+	n := len(hosts)
 	if n < s.cfg.TargetRuleHosts {
 		return
 	}
 	r.targetFails = nil
 	r.consec[UpstreamError]++
 	r.pending.Store(true)
-	detail := fmt.Sprintf("target failures for %d hosts that other upstreams reach", n)
+	detail := fmt.Sprintf("target failures for %d hosts that other upstreams reach at the same port", n)
 	t.cool(s, r, now, UpstreamError, StageTargetConnect, detail, errors.New(detail), e)
+}
+
+// SucceededWithin reports whether r reported a success (Success,
+// SuccessTarget) within d before now: the upstream proved alive lately.
+// Lock-free.
+func (t *Tracker) SucceededWithin(r *Record, d time.Duration) bool {
+	ns := r.lastSuccess.Load()
+	return ns != 0 && wall(t.clock.Now()).Sub(time.Unix(0, ns)) < d
 }
 
 // targetSeen remembers, per target host, two records that recently

@@ -32,43 +32,43 @@ func TestTargetRule(t *testing.T) {
 		want State
 	}{
 		{"two hosts others reach", func(tr *Tracker, clk interface{ Advance(time.Duration) }, bad, good *Record) {
-			tr.SuccessTarget(good, "a.example")
-			tr.SuccessTarget(good, "b.example")
-			tr.Fail(bad, tf("a.example"))
-			tr.Fail(bad, tf("b.example"))
+			tr.SuccessTarget(good, "a.example:443")
+			tr.SuccessTarget(good, "b.example:443")
+			tr.Fail(bad, tf("a.example:443"))
+			tr.Fail(bad, tf("b.example:443"))
 		}, Cooling},
 		{"success reported after the first failure", func(tr *Tracker, clk interface{ Advance(time.Duration) }, bad, good *Record) {
-			tr.Fail(bad, tf("a.example"))
-			tr.SuccessTarget(good, "a.example")
-			tr.SuccessTarget(good, "b.example")
-			tr.Fail(bad, tf("b.example"))
+			tr.Fail(bad, tf("a.example:443"))
+			tr.SuccessTarget(good, "a.example:443")
+			tr.SuccessTarget(good, "b.example:443")
+			tr.Fail(bad, tf("b.example:443"))
 		}, Cooling},
 		{"one host only", func(tr *Tracker, clk interface{ Advance(time.Duration) }, bad, good *Record) {
-			tr.SuccessTarget(good, "a.example")
+			tr.SuccessTarget(good, "a.example:443")
 			for range 5 {
-				tr.Fail(bad, tf("a.example"))
+				tr.Fail(bad, tf("a.example:443"))
 			}
 		}, Eligible},
 		{"nobody else reaches them", func(tr *Tracker, clk interface{ Advance(time.Duration) }, bad, good *Record) {
-			tr.Fail(bad, tf("a.example"))
-			tr.Fail(bad, tf("b.example"))
-			tr.Fail(bad, tf("c.example"))
+			tr.Fail(bad, tf("a.example:443"))
+			tr.Fail(bad, tf("b.example:443"))
+			tr.Fail(bad, tf("c.example:443"))
 		}, Eligible},
 		{"only the failing record reached them", func(tr *Tracker, clk interface{ Advance(time.Duration) }, bad, good *Record) {
-			tr.SuccessTarget(bad, "a.example")
-			tr.SuccessTarget(bad, "b.example")
-			tr.Fail(bad, tf("a.example"))
-			tr.Fail(bad, tf("b.example"))
+			tr.SuccessTarget(bad, "a.example:443")
+			tr.SuccessTarget(bad, "b.example:443")
+			tr.Fail(bad, tf("a.example:443"))
+			tr.Fail(bad, tf("b.example:443"))
 		}, Eligible},
 		{"outside the window", func(tr *Tracker, clk interface{ Advance(time.Duration) }, bad, good *Record) {
-			tr.SuccessTarget(good, "a.example")
-			tr.Fail(bad, tf("a.example"))
+			tr.SuccessTarget(good, "a.example:443")
+			tr.Fail(bad, tf("a.example:443"))
 			clk.Advance(61 * time.Second)
-			tr.SuccessTarget(good, "b.example")
-			tr.Fail(bad, tf("b.example"))
+			tr.SuccessTarget(good, "b.example:443")
+			tr.Fail(bad, tf("b.example:443"))
 		}, Eligible},
 		{"no target host", func(tr *Tracker, clk interface{ Advance(time.Duration) }, bad, good *Record) {
-			tr.SuccessTarget(good, "a.example")
+			tr.SuccessTarget(good, "a.example:443")
 			tr.Fail(bad, tf(""))
 			tr.Fail(bad, tf(""))
 		}, Eligible},
@@ -95,7 +95,7 @@ func TestTargetRule(t *testing.T) {
 		tr, _ := newFakeTracker(t, Config{StartEligible: true, TargetRuleHosts: -1})
 		bad := tr.Add("bad", "bad", nil, false)
 		good := tr.Add("good", "good", nil, false)
-		for _, h := range []string{"a", "b", "c"} {
+		for _, h := range []string{"a:1", "b:1", "c:1"} {
 			tr.SuccessTarget(good, h)
 			tr.Fail(bad, tf(h))
 		}
@@ -213,7 +213,7 @@ func TestPolicyRefusal(t *testing.T) {
 		tr, _ := newFakeTracker(t, Config{StartEligible: true})
 		bad := tr.Add("bad", "bad", nil, false)
 		good := tr.Add("good", "good", nil, false)
-		for _, h := range []string{"a.example", "b.example"} {
+		for _, h := range []string{"a.example:443", "b.example:443"} {
 			tr.SuccessTarget(good, h)
 			tr.Fail(bad, refuse(h))
 		}
@@ -246,15 +246,15 @@ func TestTargetSeenSkipsKeepRule(t *testing.T) {
 	// goodReaches has good reach a and b n times, fresh/4 apart.
 	goodReaches := func(tr *Tracker, clk interface{ Advance(time.Duration) }, r recs, n int) {
 		for range n {
-			tr.SuccessTarget(r.good, "a.example")
-			tr.SuccessTarget(r.good, "b.example")
+			tr.SuccessTarget(r.good, "a.example:443")
+			tr.SuccessTarget(r.good, "b.example:443")
 			clk.Advance(fresh / 4)
 		}
 	}
 	// badFails has bad fail to reach a and b: the rule's two hosts.
 	badFails := func(tr *Tracker, r recs) {
-		tr.Fail(r.bad, tf("a.example"))
-		tr.Fail(r.bad, tf("b.example"))
+		tr.Fail(r.bad, tf("a.example:443"))
+		tr.Fail(r.bad, tf("b.example:443"))
 	}
 	tests := []struct {
 		name string
@@ -280,32 +280,32 @@ func TestTargetSeenSkipsKeepRule(t *testing.T) {
 		{"a third record while two are recent", func(tr *Tracker, clk interface{ Advance(time.Duration) }, r recs) {
 			// bad and third fill a's pair; good's success is skipped. Later
 			// only good goes on reaching a: it must enter the pair.
-			tr.SuccessTarget(r.bad, "a.example")
-			tr.SuccessTarget(r.third, "a.example")
-			tr.SuccessTarget(r.good, "a.example")
+			tr.SuccessTarget(r.bad, "a.example:443")
+			tr.SuccessTarget(r.third, "a.example:443")
+			tr.SuccessTarget(r.good, "a.example:443")
 			clk.Advance(50 * time.Second)
-			tr.SuccessTarget(r.good, "a.example")
-			tr.SuccessTarget(r.good, "b.example")
+			tr.SuccessTarget(r.good, "a.example:443")
+			tr.SuccessTarget(r.good, "b.example:443")
 			clk.Advance(30 * time.Second) // bad's and third's successes expired
 			badFails(tr, r)
 		}, Cooling},
 		{"the failing record's own successes do not count", func(tr *Tracker, clk interface{ Advance(time.Duration) }, r recs) {
-			tr.SuccessTarget(r.good, "a.example")
-			tr.SuccessTarget(r.good, "b.example")
+			tr.SuccessTarget(r.good, "a.example:443")
+			tr.SuccessTarget(r.good, "b.example:443")
 			clk.Advance(win)
 			for range 10 {
-				tr.SuccessTarget(r.bad, "a.example")
-				tr.SuccessTarget(r.bad, "b.example")
+				tr.SuccessTarget(r.bad, "a.example:443")
+				tr.SuccessTarget(r.bad, "b.example:443")
 			}
 			badFails(tr, r)
 		}, Eligible},
 		{"a dropped host comes back at the next success", func(tr *Tracker, clk interface{ Advance(time.Duration) }, r recs) {
-			tr.SuccessTarget(r.good, "a.example")
+			tr.SuccessTarget(r.good, "a.example:443")
 			for i := range seenMax {
-				tr.SuccessTarget(r.third, fmt.Sprint("h", i, ".example")) // drops a.example
+				tr.SuccessTarget(r.third, fmt.Sprint("h", i, ".example:443")) // drops a.example
 			}
-			tr.SuccessTarget(r.good, "a.example") // within fresh of the first: must not be skipped
-			tr.SuccessTarget(r.good, "b.example")
+			tr.SuccessTarget(r.good, "a.example:443") // within fresh of the first: must not be skipped
+			tr.SuccessTarget(r.good, "b.example:443")
 			badFails(tr, r)
 		}, Cooling},
 	}
@@ -322,15 +322,140 @@ func TestTargetSeenSkipsKeepRule(t *testing.T) {
 	t.Run("dropped host is forgotten", func(t *testing.T) {
 		tr, _ := newFakeTracker(t, Config{StartEligible: true, TargetRuleWindow: win})
 		good, other := tr.Add("good", "good", nil, false), tr.Add("other", "other", nil, false)
-		tr.SuccessTarget(good, "a.example")
+		tr.SuccessTarget(good, "a.example:443")
 		for i := range seenMax {
-			tr.SuccessTarget(other, fmt.Sprint("h", i, ".example"))
+			tr.SuccessTarget(other, fmt.Sprint("h", i, ".example:443"))
 		}
-		if tr.seen.reachedByOther("a.example", other, tr.clock.Now(), win) {
+		if tr.seen.reachedByOther("a.example:443", other, tr.clock.Now(), win) {
 			t.Error("a.example still remembered beyond seenMax hosts")
 		}
-		if !tr.seen.reachedByOther(fmt.Sprint("h", seenMax-1, ".example"), good, tr.clock.Now(), win) {
+		if !tr.seen.reachedByOther(fmt.Sprint("h", seenMax-1, ".example:443"), good, tr.clock.Now(), win) {
 			t.Error("the newest host was dropped")
 		}
 	})
+}
+
+// TestTargetRulePort: "other upstreams reach it" means the same host:port
+// (issue: two requests to closed ports of hosts others reach at another
+// port cooled a healthy upstream entirely).
+func TestTargetRulePort(t *testing.T) {
+	refused := func(target string) *Failure {
+		return &Failure{Class: TargetUnreachable, Stage: StageTargetConnect, Target: target}
+	}
+	tests := []struct {
+		name string
+		run  func(tr *Tracker, bad, good *Record)
+		want State
+	}{
+		{"closed ports of hosts others reach at another port", func(tr *Tracker, bad, good *Record) {
+			tr.SuccessTarget(good, "127.0.0.1:27080")
+			tr.SuccessTarget(good, "localhost:27080")
+			tr.Fail(bad, refused("127.0.0.1:27098"))
+			tr.Fail(bad, refused("localhost:27098"))
+		}, Eligible},
+		{"the very host:ports others reach", func(tr *Tracker, bad, good *Record) {
+			tr.SuccessTarget(good, "127.0.0.1:27080")
+			tr.SuccessTarget(good, "localhost:27080")
+			tr.Fail(bad, refused("127.0.0.1:27080"))
+			tr.Fail(bad, refused("localhost:27080"))
+		}, Cooling},
+		{"two ports of one host count once", func(tr *Tracker, bad, good *Record) {
+			tr.SuccessTarget(good, "shop.example:80")
+			tr.SuccessTarget(good, "shop.example:443")
+			tr.Fail(bad, refused("shop.example:80"))
+			tr.Fail(bad, refused("shop.example:443"))
+		}, Eligible},
+		{"targets named without a port never count", func(tr *Tracker, bad, good *Record) {
+			tr.SuccessTarget(good, "a.example")
+			tr.SuccessTarget(good, "b.example")
+			tr.Fail(bad, refused("a.example"))
+			tr.Fail(bad, refused("b.example"))
+		}, Eligible},
+		{"IPv6 literals", func(tr *Tracker, bad, good *Record) {
+			tr.SuccessTarget(good, "[2001:db8::1]:443")
+			tr.SuccessTarget(good, "[2001:db8::2]:443")
+			tr.Fail(bad, refused("[2001:db8::1]:443"))
+			tr.Fail(bad, refused("[2001:db8::2]:443"))
+		}, Cooling},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tr, _ := newFakeTracker(t, Config{StartEligible: true})
+			bad := tr.Add("bad", "bad", nil, false)
+			good := tr.Add("good", "good", nil, false)
+			tt.run(tr, bad, good)
+			s := tr.Snapshot(bad)
+			if s.State != tt.want {
+				t.Fatalf("state = %v, want %v (history %+v)", s.State, tt.want, s.History)
+			}
+			if tt.want == Cooling && (s.Reason != UpstreamError || s.Stage != StageTargetConnect) {
+				t.Errorf("reason %v stage %v, want upstream_error target_connect", s.Reason, s.Stage)
+			}
+		})
+	}
+}
+
+// TestTargetScopePerHost: a scoped failure or success named host:port
+// acts on the host's cooldown (the contract lists hosts without port).
+func TestTargetScopePerHost(t *testing.T) {
+	tr, clk := newFakeTracker(t, Config{StartEligible: true})
+	r := tr.Add("k", "up", nil, false)
+	tr.Fail(r, &Failure{Class: UpstreamError, Stage: StageProxyHandshake, Target: "shop.example:80", Scope: ScopeTarget})
+	s := tr.Snapshot(r)
+	if len(s.Targets) != 1 || s.Targets[0].Host != "shop.example" {
+		t.Fatalf("Targets = %+v, want one for shop.example", s.Targets)
+	}
+	if h := s.History[len(s.History)-1]; h.Target != "shop.example" {
+		t.Errorf("history target %q, want shop.example", h.Target)
+	}
+	for _, target := range []string{"shop.example", "shop.example:443"} {
+		if tr.AdmitTarget(r, target) {
+			t.Errorf("AdmitTarget(%q) while the host cools", target)
+		}
+	}
+	if !tr.AdmitTarget(r, "[2001:db8::1]:443") || !tr.AdmitTarget(r, "other.example:80") {
+		t.Error("other hosts refused")
+	}
+	clk.Advance(time.Minute)
+	tr.SuccessTarget(r, "shop.example:443")
+	if n := len(tr.Snapshot(r).Targets); n != 0 {
+		t.Errorf("a success for shop.example:443 after expiry kept %d entries", n)
+	}
+}
+
+func TestSucceededWithin(t *testing.T) {
+	tr, clk := newFakeTracker(t, Config{StartEligible: true})
+	r := tr.Add("k", "up", nil, false)
+	if tr.SucceededWithin(r, time.Minute) {
+		t.Fatal("a record that never served succeeded lately")
+	}
+	tr.SuccessTarget(r, "a.example:443")
+	clk.Advance(59 * time.Second)
+	if !tr.SucceededWithin(r, time.Minute) {
+		t.Fatal("a success 59s ago is not within a minute")
+	}
+	clk.Advance(time.Second)
+	if tr.SucceededWithin(r, time.Minute) {
+		t.Fatal("a success a minute ago is within a minute")
+	}
+}
+
+func TestTargetHost(t *testing.T) {
+	for in, want := range map[string]string{
+		"example.com:443":   "example.com",
+		"example.com":       "example.com",
+		"[2001:db8::1]:443": "2001:db8::1",
+		"2001:db8::1":       "2001:db8::1",
+		"::1":               "::1",
+		"[::1]":             "[::1]",
+		"127.0.0.1:80":      "127.0.0.1",
+		"":                  "",
+	} {
+		if got := targetHost(in); got != want {
+			t.Errorf("targetHost(%q) = %q, want %q", in, got, want)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { targetHost("example.com") }); n != 0 {
+		t.Errorf("targetHost allocates %v times", n)
+	}
 }

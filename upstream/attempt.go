@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -106,12 +107,19 @@ type Lease struct {
 
 	pool  *Pool
 	epoch uint64 // health epoch when leased: stale outcomes only count
+	key   string // the request's host:port (Attempts.key)
 	done  atomic.Bool
 }
 
 // Fail reports a failure observed after the tunnel was established
-// (slow body, target HTTP error). It may be called before Done.
+// (slow body, target HTTP error). It may be called before Done. A
+// failure naming the tunnel's host is filed under its host:port, as the
+// attempt loop files its own (see Attempts.Failed), so that it can count
+// towards the target-failure rule.
 func (l *Lease) Fail(f *health.Failure) {
+	if h, _, err := net.SplitHostPort(l.key); err == nil && f != nil && f.Target == h {
+		f.Target = l.key
+	}
 	l.pool.tr.FailEpoch(l.Endpoint.rec, l.epoch, f)
 }
 
@@ -149,7 +157,7 @@ func (p *Pool) Dial(ctx context.Context, req Request) (*Lease, error) {
 		conn, err := e.DialContext(ctx, "tcp", req.Addr)
 		if err == nil {
 			a.Succeeded(e)
-			return &Lease{Conn: conn, Endpoint: e, Attempts: a.list, Setup: p.clock.Now().Sub(start), pool: p, epoch: p.tr.Epoch(e.rec)}, nil
+			return &Lease{Conn: conn, Endpoint: e, Attempts: a.list, Setup: p.clock.Now().Sub(start), pool: p, epoch: p.tr.Epoch(e.rec), key: a.key}, nil
 		}
 		if stop := a.Failed(ctx, e, err); stop != nil {
 			return nil, stop
@@ -157,26 +165,66 @@ func (p *Pool) Dial(ctx context.Context, req Request) (*Lease, error) {
 	}
 }
 
+// aliveWindow is how recently an upstream must have served a tunnel for a
+// deadline on an answer to CONNECT that the dialer could not attribute
+// (an http:// proxy, a pipelined SOCKS5 handshake) to count as the
+// target's: a proxy that worked a minute ago and now goes silent after
+// accepting a CONNECT is most likely waiting for a target that does not
+// answer. A proxy that really hangs is misread for at most this long,
+// and the target-failure rule still catches it when the hosts it fails
+// on are reached by others.
+const aliveWindow = time.Minute
+
 // Attempts is the attempt loop for one client request, for callers that
 // do their own I/O per endpoint (plain-HTTP forwarding). Not safe for
 // concurrent use.
 type Attempts struct {
-	p     *Pool
-	cfg   PoolConfig // the settings this request started with
-	req   Request
-	host  string
-	list  []Attempt
-	tried []*Endpoint
+	p    *Pool
+	cfg  PoolConfig // the settings this request started with
+	req  Request
+	host string
+	// key is the lower-case host:port the request's outcomes are filed
+	// under with health (SuccessTarget, Failure.Target): the
+	// target-failure rule compares exactly what other upstreams reached.
+	key string
+	// invalid is set when req.Addr cannot be sent to any upstream; Next
+	// returns it before picking one.
+	invalid error
+	list    []Attempt
+	tried   []*Endpoint
 	// rateWait is the shortest time until a rate-limited endpoint refused
 	// by the last pick has a token again (0: none was).
 	rateWait  time.Duration
 	waitTimer <-chan time.Time
 }
 
-// NewAttempts starts an attempt loop for req.
+// NewAttempts starts an attempt loop for req. A req.Addr no upstream
+// could be asked for (see checkTarget: a bad port, a host with controls,
+// spaces or other bytes a request line cannot carry) makes Next fail at
+// once with an error wrapping ErrInvalidTarget, before any upstream is
+// picked: the client's fault, reported to no record.
 func (p *Pool) NewAttempts(req Request) *Attempts {
 	cfg := p.Config()
-	return &Attempts{p: p, cfg: cfg, req: req, host: req.Host(), tried: make([]*Endpoint, 0, cfg.MaxAttempts)}
+	a := &Attempts{p: p, cfg: cfg, req: req, host: req.Host(), tried: make([]*Endpoint, 0, cfg.MaxAttempts)}
+	host, port, err := checkTarget(req.Addr)
+	if err != nil {
+		a.invalid = &health.Failure{Class: health.TargetUnreachable, Stage: health.StageTargetConnect, Err: err}
+		return a
+	}
+	a.key = canonicalTarget(req.Addr, host, port)
+	return a
+}
+
+// canonicalTarget returns addr as "host:port" with a lower-case host, the
+// port without leading zeros and brackets exactly around IPv6 literals:
+// addr itself (no allocation) when it already is.
+func canonicalTarget(addr, host string, port uint16) string {
+	lower := strings.ToLower(host)
+	_, ps, _ := net.SplitHostPort(addr) // cannot fail: checkTarget accepted addr
+	if lower == host && ps[0] != '0' && (strings.IndexByte(host, ':') >= 0) == (addr[0] == '[') {
+		return addr
+	}
+	return net.JoinHostPort(lower, strconv.Itoa(int(port)))
 }
 
 // List returns the failed attempts so far.
@@ -190,6 +238,9 @@ func (a *Attempts) List() []Attempt { return a.list }
 // when the request has some); an *AttemptsError when attempts ran out or no
 // untried endpoint is left.
 func (a *Attempts) Next(ctx context.Context) (*Endpoint, error) {
+	if a.invalid != nil {
+		return nil, a.invalid
+	}
 	p := a.p
 	registered := false
 	defer func() {
@@ -311,7 +362,7 @@ func (a *Attempts) admit(s *set, i int) bool {
 // fleet mode a new or moved binding (and a refresh, at most once per
 // ttl/4) is handed to the fleet, which queues it: nothing waits on Redis.
 func (a *Attempts) Succeeded(e *Endpoint) {
-	a.p.tr.SuccessTarget(e.rec, a.host)
+	a.p.tr.SuccessTarget(e.rec, a.key)
 	from, moved, report := a.p.sessions.bind(a.req.Session, e)
 	if moved {
 		a.p.log.Info().Str("session", a.req.Session).Str("from", from).Str("to", e.Name).Msg("session moved")
@@ -323,7 +374,14 @@ func (a *Attempts) Succeeded(e *Endpoint) {
 
 // Failed reports a failed attempt on e and releases it. It returns nil when
 // the loop may go on, or the error to give the client: the client's own
-// cancellation, or an *AttemptsError after a target failure.
+// cancellation, or an *AttemptsError after a target failure or a failure
+// the client caused (ClientFault: reported to no record).
+//
+// Before reporting, it completes what the dialers and the gateway could
+// not know (classify.go): a proxy's answer to a plain-HTTP request
+// (plainAnswer), an address type the upstream lacks for this target
+// (forAddrType), and a wait for an unattributed CONNECT answer on an
+// upstream that served within aliveWindow (target_timeout).
 func (a *Attempts) Failed(ctx context.Context, e *Endpoint, err error) error {
 	p := a.p
 	p.release(e)
@@ -333,7 +391,26 @@ func (a *Attempts) Failed(ctx context.Context, e *Endpoint, err error) error {
 		return ctx.Err()
 	}
 	f := Classify(err, health.StageDial)
-	if f.Target == "" {
+	f = forAddrType(plainAnswer(f), a.host)
+	var tw *targetWaitError
+	if f.Class == health.Timeout && errors.As(f, &tw) && p.tr.SucceededWithin(e.rec, aliveWindow) {
+		f = &health.Failure{Class: health.TargetTimeout, Stage: health.StageTargetConnect, Target: f.Target, Err: f.Err}
+	}
+	if ClientFault(f) {
+		p.tr.Neutral(e.rec)
+		a.list = append(a.list, Attempt{Upstream: e.Name, Failure: f})
+		return &AttemptsError{Attempts: a.list}
+	}
+	// Health files the outcome under host:port (a.key), so that the
+	// target-failure rule counts only what others reached at that very
+	// port; an address-type refusal is filed under the host alone, which
+	// the rule never counts: the client chose the address type.
+	switch {
+	case errors.Is(f, ErrAddrType):
+		f.Target = a.host
+	case a.key != "":
+		f.Target = a.key
+	case f.Target == "":
 		f.Target = a.host
 	}
 	p.tr.Fail(e.rec, f)

@@ -3,7 +3,9 @@ package upstream
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"strings"
 	"syscall"
@@ -17,20 +19,25 @@ import (
 //
 //	signal                                          class               stage
 //	context.Canceled (client gave up)               none (neutral)      as given
+//	ErrInvalidTarget (bad host:port, client's)      (not reported)      target_connect
 //	ECONNREFUSED                                    refused             as given
+//	no CONNECT reply, proxy alive on this conn (2)  target_timeout      target_connect
+//	no CONNECT reply, liveness unproven (2)         timeout             as given
 //	deadline / net.Error Timeout                    timeout             as given
 //	SOCKS5 method 0xFF (ErrNoAcceptableMethod)      auth_rejected       proxy_auth
 //	RFC 1929 status != 0 (*AuthStatusError)         auth_rejected       proxy_auth
 //	SOCKS5 REP 1 general failure                    upstream_error      target_connect
 //	SOCKS5 REP 2 not allowed by ruleset             upstream_error      target_connect   (1)
-//	SOCKS5 REP 3/4/5 net/host unreachable, refused  target_unreachable  target_connect
+//	SOCKS5 REP 3/4/5 net/host unreachable, refused  target_unreachable  target_connect   (3)
 //	SOCKS5 REP 6 TTL expired                        target_timeout      target_connect
-//	SOCKS5 REP 7/8 command/atyp unsupported, other  upstream_error      target_connect
+//	SOCKS5 REP 7, other                             upstream_error      target_connect
+//	SOCKS5 REP 8 address type not supported         upstream_error      target_connect   (3)
 //	CONNECT 407, 401 (tinyproxy)                    auth_rejected       proxy_auth
 //	CONNECT X-Squid-Error ERR_CONNECT_FAIL 110      target_timeout      target_connect
-//	CONNECT X-Squid-Error ERR_CONNECT_FAIL other    target_unreachable  target_connect
+//	CONNECT X-Squid-Error ERR_CONNECT_FAIL other    target_unreachable  target_connect   (3)
 //	CONNECT X-Squid-Error ERR_DNS_FAIL              target_unreachable  target_connect
-//	CONNECT 500 "Unable to connect" (tinyproxy)     target_unreachable  target_connect
+//	CONNECT X-Squid-Error ERR_INVALID_URL/_REQ, …   (not reported)      proxy_handshake  (4)
+//	CONNECT 500 "Unable to connect" (tinyproxy)     target_unreachable  target_connect   (3)
 //	CONNECT 504                                     target_timeout      target_connect
 //	CONNECT other 5xx (incl. 502/503 w/o squid tag) upstream_error      target_connect
 //	CONNECT 403 (no squid auth tag)                 upstream_error      proxy_handshake  (1)
@@ -38,21 +45,88 @@ import (
 //	malformed reply / garbage / EOF mid-handshake   upstream_error      as given
 //	anything else                                   upstream_error      as given
 //
+// A proxy's own error answer to a forwarded plain-HTTP request (the
+// gateway builds it with stage http_status; see PlainAnswer):
+//
+//	403 (squid ERR_ACCESS_DENIED: !Safe_ports)      upstream_error      http_status      (1)
+//	other 4xx but 401/407/429, ERR_INVALID_URL, …   (not reported)      http_status      (4)
+//	anything else                                   upstream_error      http_status
+//
 // (1) A policy refusal of one destination (stock squid and tinyproxy refuse
 // CONNECT to ports other than 443): Failure.Scope is health.ScopeTarget,
 // so the upstream cools for that host only and the attempt loop tries
 // another upstream; refusing several hosts that other upstreams reach cools
 // it entirely (health's target-failure rule).
 //
+// (2) The wait for the proxy's answer to CONNECT is the time the proxy
+// takes to reach the target, and it gets its own budget (see
+// DialConfig.HandshakeTimeout). A proxy that answered the SOCKS5 greeting
+// and authentication, or completed TLS (https), on this very connection
+// is alive: a deadline there is the target's, a target that never
+// accepts (dante answers REP 6 only after ~31 s, squid 503
+// ERR_CONNECT_FAIL 110 after ~61 s, microsocks never). An http:// proxy
+// has no greeting, and a pipelined SOCKS5 handshake may have been dropped
+// half-way: there the dialer says timeout at proxy_handshake, and the
+// attempt loop makes it target_timeout at target_connect when the
+// upstream served a tunnel within the last minute (aliveWindow).
+//
+// (3) An address type the upstream cannot reach (ErrAddrType): REP 8
+// always; for an IPv6 literal target also REP 3, squid ERR_CONNECT_FAIL
+// 97 or 101 and tinyproxy's 500 (an IPv4-only dante answers REP 8, an
+// IPv4-bound tinyproxy 500 even for an open IPv6 target). The client
+// chose the address type: the upstream cools for that host only (scope
+// target) without counting towards the target-failure rule, and another
+// upstream is tried; the client gets REP 8 if none can.
+//
+// (4) The client's request is at fault (a URL or method the proxy rejects,
+// ErrRequestRejected), like ErrInvalidTarget: the attempt loop reports
+// nothing to health, tries no other upstream and relays the status.
+//
 // The direct dialer maps its own connect errors to target_* classes (there
 // is no proxy to blame); see dial_direct.go.
+
+// ErrRequestRejected is wrapped by the failure of an upstream proxy's own
+// 4xx answer that blames the client's request (squid ERR_INVALID_URL for
+// a port past 65535, ERR_UNSUP_REQ, …). It is no failure of the upstream:
+// Attempts reports nothing to health and stops, and the client gets the
+// proxy's status.
+var ErrRequestRejected = errors.New("the upstream proxy rejected the client's request")
+
+// ErrAddrType is wrapped by the failure of an upstream that cannot reach
+// the target's address type (SOCKS5 REP 8, an IPv6 target through an
+// IPv4-only proxy). It cools that upstream for that host only.
+var ErrAddrType = errors.New("the upstream cannot reach this address type")
+
+// targetWaitError is a deadline hit while waiting for the proxy's answer
+// to CONNECT, that is while the proxy was reaching the target (see (2)
+// above). alive is set when the proxy answered on this connection before.
+type targetWaitError struct {
+	alive bool
+	err   error
+}
+
+func (e *targetWaitError) Error() string {
+	return "no answer while the proxy reaches the target: " + e.err.Error()
+}
+
+func (e *targetWaitError) Unwrap() error { return e.err }
+
+// awaitingTarget marks err, from reading the proxy's answer to CONNECT, as
+// a wait for the target when it is a deadline.
+func awaitingTarget(err error, alive bool) error {
+	if err == nil || !isTimeout(err) || IsCanceled(err) {
+		return err
+	}
+	return &targetWaitError{alive: alive, err: err}
+}
 
 // Classify turns err, observed at stage, into a *health.Failure. It returns
 // nil for a nil err and returns the Failure err already carries (found with
 // errors.As) unchanged. Client cancellation yields a Failure of class
 // health.ClassNone: it is neither a success nor a failure of the upstream
-// (STYLE rule 21); test it with IsCanceled. Classify never returns a class
-// outside the contract's set.
+// (STYLE rule 21); test it with IsCanceled. A proxy's answer that rejects
+// the client's request is ClassNone too (errors.Is ErrRequestRejected).
+// Classify never returns a class outside the contract's set.
 func Classify(err error, stage health.Stage) *health.Failure {
 	if err == nil {
 		return nil
@@ -68,15 +142,23 @@ func Classify(err error, stage health.Stage) *health.Failure {
 		re *ReplyError
 		ce *ConnectStatusError
 		ae *AuthStatusError
+		tw *targetWaitError
 	)
 	switch {
 	case errors.As(err, &re):
 		f := &health.Failure{Class: re.Class(), Stage: health.StageTargetConnect, Err: err}
-		if re.Code == 2 { // not allowed by ruleset: this destination, by policy
+		switch re.Code {
+		case 2: // not allowed by ruleset: this destination, by policy
 			f.Scope = health.ScopeTarget
+		case 8: // address type not supported: the client chose it
+			f.Scope, f.Err = health.ScopeTarget, fmt.Errorf("%w: %w", ErrAddrType, err)
 		}
 		return f
 	case errors.As(err, &ce):
+		if ce.rejectsRequest() {
+			return &health.Failure{Class: health.ClassNone, Stage: health.StageProxyHandshake,
+				Err: fmt.Errorf("%w: %w", ErrRequestRejected, err)}
+		}
 		c, s := ce.classify()
 		f := &health.Failure{Class: c, Stage: s, Err: err}
 		if ce.policyRefusal() {
@@ -87,10 +169,96 @@ func Classify(err error, stage health.Stage) *health.Failure {
 		return &health.Failure{Class: health.AuthRejected, Stage: health.StageProxyAuth, Err: err}
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return &health.Failure{Class: health.Refused, Stage: stage, Err: err}
+	case errors.As(err, &tw) && tw.alive:
+		return &health.Failure{Class: health.TargetTimeout, Stage: health.StageTargetConnect, Err: err}
 	case isTimeout(err):
 		return &health.Failure{Class: health.Timeout, Stage: stage, Err: err}
 	}
 	return &health.Failure{Class: health.UpstreamError, Stage: stage, Err: err}
+}
+
+// PlainAnswer classifies an http:// upstream's own error answer ce to a
+// forwarded plain-HTTP request (absolute-form GET; the target may never
+// have been reached), as the table above says: a 403 is a policy refusal
+// of that destination, other 4xx (but 401, 407, 429) and squid's
+// request errors blame the client's request (ErrRequestRejected), the rest
+// is upstream_error at http_status. ce is copied with Plain set, so the
+// history detail says what was answered. Authentication and target
+// failures (407, squid ERR_CONNECT_FAIL, tinyproxy 500) keep the classes
+// the CONNECT table gives them.
+func PlainAnswer(ce *ConnectStatusError) *health.Failure {
+	pc := *ce
+	pc.Plain = true
+	name, _, _ := strings.Cut(pc.SquidError, " ")
+	switch c, s := pc.classify(); {
+	case pc.rejectsRequest():
+		return &health.Failure{Class: health.ClassNone, Stage: health.StageHTTPStatus,
+			Err: fmt.Errorf("%w: %w", ErrRequestRejected, &pc)}
+	case pc.policyRefusal():
+		return &health.Failure{Class: health.UpstreamError, Stage: health.StageHTTPStatus, Scope: health.ScopeTarget, Err: &pc}
+	case name == "ERR_READ_TIMEOUT":
+		return &health.Failure{Class: health.TargetTimeout, Stage: health.StageTargetConnect, Err: &pc}
+	case name == "ERR_ZERO_SIZE_OBJECT": // the target closed without answering
+		return &health.Failure{Class: health.TargetUnreachable, Stage: health.StageTargetConnect, Err: &pc}
+	case c == health.AuthRejected || c.IsTargetFailure():
+		return &health.Failure{Class: c, Stage: s, Err: &pc}
+	}
+	return &health.Failure{Class: health.UpstreamError, Stage: health.StageHTTPStatus, Err: &pc}
+}
+
+// plainAnswer re-classifies a failure the gateway's plain-HTTP forward
+// path built for a proxy's own answer (class upstream_error at stage
+// http_status, with a *ConnectStatusError cause, which rotor's CONNECT
+// dialers never produce) with PlainAnswer. Any other f is returned as is.
+func plainAnswer(f *health.Failure) *health.Failure {
+	var ce *ConnectStatusError
+	if f.Class != health.UpstreamError || f.Stage != health.StageHTTPStatus || !errors.As(f.Err, &ce) {
+		return f
+	}
+	pf := PlainAnswer(ce)
+	pf.Target = f.Target
+	return pf
+}
+
+// forAddrType applies rule (3) above for a request to host: an answer
+// that, for an IPv6 literal target, means the upstream has no IPv6 (REP
+// 3, squid ERR_CONNECT_FAIL 97/101, tinyproxy's one 500) becomes an
+// ErrAddrType refusal scoped to the host. Any other f is returned as is.
+func forAddrType(f *health.Failure, host string) *health.Failure {
+	if errors.Is(f, ErrAddrType) || !f.Class.IsTargetFailure() {
+		return f
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil || !ip.Is6() || ip.Is4In6() {
+		var ce *ConnectStatusError
+		if !errors.As(f, &ce) || ce.squidErrno() != "97" { // EAFNOSUPPORT: whatever the target
+			return f
+		}
+	} else if !familyAmbiguous(f) {
+		return f
+	}
+	return &health.Failure{Class: health.UpstreamError, Stage: health.StageTargetConnect, Target: f.Target,
+		Scope: health.ScopeTarget, Err: fmt.Errorf("%w: %w", ErrAddrType, f.Err)}
+}
+
+// familyAmbiguous reports a target failure that an IPv4-only proxy gives
+// for any IPv6 target.
+func familyAmbiguous(f *health.Failure) bool {
+	var (
+		re *ReplyError
+		ce *ConnectStatusError
+	)
+	switch {
+	case errors.As(f, &re):
+		return re.Code == 3 // network unreachable: no IPv6 route
+	case errors.As(f, &ce):
+		switch ce.squidErrno() {
+		case "97", "101": // EAFNOSUPPORT, ENETUNREACH
+			return true
+		}
+		return ce.SquidError == "" && ce.StatusCode == 500 // tinyproxy: "Unable to connect"
+	}
+	return false
 }
 
 // IsCanceled reports whether err comes from the caller cancelling its
@@ -118,8 +286,9 @@ func (e *ReplyError) Class() health.Class {
 		return health.TargetTimeout
 	default:
 		// 1 general failure and 2 not allowed by ruleset are the proxy's own
-		// problem; 7/8 mean it cannot do what every proxy must; >8 is not
-		// in the RFC.
+		// problem; 7 means it cannot do what every proxy must; 8 is the
+		// client's choice of address type (scoped to the host by
+		// Classify); >8 is not in the RFC.
 		return health.UpstreamError
 	}
 }
@@ -174,6 +343,36 @@ func (e *ConnectStatusError) policyRefusal() bool {
 	return c == health.UpstreamError
 }
 
+// squidErrno returns the errno squid appends to ERR_CONNECT_FAIL ("111"),
+// "" for other answers.
+func (e *ConnectStatusError) squidErrno() string {
+	name, errno, _ := strings.Cut(e.SquidError, " ")
+	if name != "ERR_CONNECT_FAIL" {
+		return ""
+	}
+	return strings.TrimSpace(errno)
+}
+
+// rejectsRequest reports a proxy's answer that blames the client's request,
+// not the proxy or the target: squid's request errors (it marks its own
+// answers with X-Squid-Error), and on a forwarded plain request any 4xx
+// from the proxy but 401/407 (credentials), 403 (policy) and 429 (the
+// proxy's rate limit, which is the proxy refusing rotor).
+func (e *ConnectStatusError) rejectsRequest() bool {
+	name, _, _ := strings.Cut(e.SquidError, " ")
+	switch name {
+	case "ERR_INVALID_URL", "ERR_INVALID_REQ", "ERR_UNSUP_REQ", "ERR_UNSUP_HTTPVERSION", "ERR_TOO_BIG", "ERR_PROTOCOL_UNKNOWN":
+		return true
+	}
+	switch code := e.StatusCode; {
+	case !e.Plain, code < 400, code > 499:
+		return false
+	case code == 401, code == 403, code == 407, code == 429:
+		return false
+	}
+	return true
+}
+
 // reasonPhrase returns "Unable to connect" from "500 Unable to connect".
 func reasonPhrase(status string) string {
 	_, r, _ := strings.Cut(status, " ")
@@ -189,7 +388,7 @@ func reasonPhrase(status string) string {
 //	destination forbidden by policy                      2 not allowed by ruleset
 //	ECONNREFUSED (direct), squid ERR_CONNECT_FAIL 111,
 //	tinyproxy 500 Unable to connect                      5 connection refused
-//	ENETUNREACH (direct)                                 3 network unreachable
+//	ENETUNREACH (direct), squid ERR_CONNECT_FAIL 101     3 network unreachable
 //	target_timeout                                       6 TTL expired
 //	other target_unreachable (DNS, no route, …)          4 host unreachable
 func TargetReplyCode(err error) (code byte, ok bool) {
@@ -213,9 +412,36 @@ func TargetReplyCode(err error) (code byte, ok bool) {
 	case errors.Is(err, syscall.ENETUNREACH):
 		return 3, true
 	case errors.As(err, &ce):
-		if ce.StatusCode == 500 || strings.TrimSpace(strings.TrimPrefix(ce.SquidError, "ERR_CONNECT_FAIL")) == "111" {
+		switch {
+		case ce.StatusCode == 500 && ce.SquidError == "", ce.squidErrno() == "111": // ECONNREFUSED
 			return 5, true
+		case ce.squidErrno() == "101": // ENETUNREACH
+			return 3, true
 		}
 	}
 	return 4, true
+}
+
+// RefusalReplyCode returns the SOCKS5 reply code for an upstream's refusal
+// of one destination (class upstream_error with scope target): 8 address
+// type not supported for ErrAddrType, else 2 connection not allowed by
+// ruleset (a policy refusal). ok is false for any other err, including
+// other failures scoped to their target (a slow body on direct).
+func RefusalReplyCode(err error) (code byte, ok bool) {
+	var f *health.Failure
+	if !errors.As(err, &f) || f.Scope != health.ScopeTarget || f.Class != health.UpstreamError {
+		return 0, false
+	}
+	if errors.Is(err, ErrAddrType) {
+		return 8, true
+	}
+	return 2, true
+}
+
+// ClientFault reports an error the client's request caused, not the
+// upstream nor the target: an invalid target (ErrInvalidTarget) or a
+// request the proxy rejected (ErrRequestRejected). It is never reported to
+// health, and no other upstream is tried.
+func ClientFault(err error) bool {
+	return errors.Is(err, ErrInvalidTarget) || errors.Is(err, ErrRequestRejected)
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -52,6 +53,10 @@ func TestClassify(t *testing.T) {
 		{"rep 6", &ReplyError{Code: 6}, health.StageProxyHandshake, health.TargetTimeout, health.StageTargetConnect},
 		{"rep 7", &ReplyError{Code: 7}, health.StageProxyHandshake, health.UpstreamError, health.StageTargetConnect},
 		{"rep 8", &ReplyError{Code: 8}, health.StageProxyHandshake, health.UpstreamError, health.StageTargetConnect},
+		{"connect reply wait, proxy alive", &targetWaitError{alive: true, err: os.ErrDeadlineExceeded}, health.StageProxyHandshake, health.TargetTimeout, health.StageTargetConnect},
+		{"connect reply wait, liveness unproven", &targetWaitError{err: os.ErrDeadlineExceeded}, health.StageProxyHandshake, health.Timeout, health.StageProxyHandshake},
+		{"squid invalid url", cse(400, "400 Bad Request", "ERR_INVALID_URL 0"), health.StageProxyHandshake, health.ClassNone, health.StageProxyHandshake},
+		{"squid unsupported request", cse(501, "501 Not Implemented", "ERR_UNSUP_REQ 0"), health.StageProxyHandshake, health.ClassNone, health.StageProxyHandshake},
 		{"rep 200", &ReplyError{Code: 200}, health.StageProxyHandshake, health.UpstreamError, health.StageTargetConnect},
 		{"407", cse(407, "407 Proxy Authentication Required", ""), health.StageProxyHandshake, health.AuthRejected, health.StageProxyAuth},
 		{"401 tinyproxy", cse(401, "401 Unauthorized", ""), health.StageProxyHandshake, health.AuthRejected, health.StageProxyAuth},
@@ -79,7 +84,9 @@ func TestClassify(t *testing.T) {
 		{"existing failure", fmt.Errorf("wrapped: %w", existing), health.StageDial, health.SlowBody, health.StageBody},
 	}
 	// Policy refusals of one destination are scoped to it.
-	policy := map[string]bool{"rep 2": true, "403": true, "squid access denied": true}
+	policy := map[string]bool{"rep 2": true, "rep 8": true, "403": true, "squid access denied": true}
+	// Answers that blame the client's request are reported to no record.
+	rejected := map[string]bool{"squid invalid url": true, "squid unsupported request": true}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			f := Classify(tt.err, tt.stage)
@@ -88,6 +95,12 @@ func TestClassify(t *testing.T) {
 			}
 			if got := f.Scope == health.ScopeTarget; got != policy[tt.name] {
 				t.Fatalf("Classify scope = %v, want target scope %v", f.Scope, policy[tt.name])
+			}
+			if got := ClientFault(f); got != rejected[tt.name] {
+				t.Fatalf("ClientFault = %v, want %v", got, rejected[tt.name])
+			}
+			if got := errors.Is(f, ErrAddrType); got != (tt.name == "rep 8") {
+				t.Fatalf("errors.Is(ErrAddrType) = %v", got)
 			}
 			if !errors.Is(f, tt.err) && f != existing {
 				t.Fatalf("Failure does not wrap the cause")
@@ -132,6 +145,9 @@ func TestTargetReplyCode(t *testing.T) {
 		{"socks rep 1 is the proxy's", &ReplyError{Code: 1}, 0, false},
 		{"squid 111", &ConnectStatusError{StatusCode: 503, SquidError: "ERR_CONNECT_FAIL 111"}, 5, true},
 		{"squid 110", &ConnectStatusError{StatusCode: 503, SquidError: "ERR_CONNECT_FAIL 110"}, 6, true},
+		{"squid 101", &ConnectStatusError{StatusCode: 503, SquidError: "ERR_CONNECT_FAIL 101"}, 3, true},
+		{"squid 113", &ConnectStatusError{StatusCode: 503, SquidError: "ERR_CONNECT_FAIL 113"}, 4, true},
+		{"squid 111 through the attempt loop", &AttemptsError{Attempts: []Attempt{{Upstream: "squid", Failure: Classify(&ConnectStatusError{StatusCode: 503, SquidError: "ERR_CONNECT_FAIL 111"}, health.StageProxyHandshake)}}}, 5, true},
 		{"squid dns", &ConnectStatusError{StatusCode: 503, SquidError: "ERR_DNS_FAIL 0"}, 4, true},
 		{"tinyproxy", &ConnectStatusError{StatusCode: 500, Status: "500 Unable to connect"}, 5, true},
 		{"504", &ConnectStatusError{StatusCode: 504, Status: "504 Gateway Timeout"}, 6, true},
@@ -151,5 +167,139 @@ func TestTargetReplyCode(t *testing.T) {
 				t.Fatalf("TargetReplyCode = %d, %v; want %d, %v", code, ok, tt.code, tt.wantOK)
 			}
 		})
+	}
+}
+
+// TestPlainAnswer: a proxy's own error answer to a forwarded plain-HTTP
+// request (issue: squid's 400 ERR_INVALID_URL and 403 ERR_ACCESS_DENIED
+// to a GET cooled the whole upstream, with a detail naming CONNECT).
+func TestPlainAnswer(t *testing.T) {
+	tests := []struct {
+		name     string
+		ce       ConnectStatusError
+		class    health.Class
+		stage    health.Stage
+		scoped   bool
+		rejected bool
+	}{
+		{"squid invalid url", ConnectStatusError{StatusCode: 400, Status: "400 Bad Request", SquidError: "ERR_INVALID_URL 0"}, health.ClassNone, health.StageHTTPStatus, false, true},
+		{"squid access denied", ConnectStatusError{StatusCode: 403, Status: "403 Forbidden", SquidError: "ERR_ACCESS_DENIED 0"}, health.UpstreamError, health.StageHTTPStatus, true, false},
+		{"squid too big", ConnectStatusError{StatusCode: 413, Status: "413 Payload Too Large", SquidError: "ERR_TOO_BIG 0"}, health.ClassNone, health.StageHTTPStatus, false, true},
+		{"squid other 4xx", ConnectStatusError{StatusCode: 411, Status: "411 Length Required", SquidError: "ERR_INVALID_REQ 0"}, health.ClassNone, health.StageHTTPStatus, false, true},
+		{"squid 429", ConnectStatusError{StatusCode: 429, Status: "429 Too Many Requests", SquidError: "ERR_X 0"}, health.UpstreamError, health.StageHTTPStatus, false, false},
+		{"squid cache access denied", ConnectStatusError{StatusCode: 407, Status: "407 Proxy Authentication Required", SquidError: "ERR_CACHE_ACCESS_DENIED 0"}, health.AuthRejected, health.StageProxyAuth, false, false},
+		{"squid connect fail", ConnectStatusError{StatusCode: 503, Status: "503 Service Unavailable", SquidError: "ERR_CONNECT_FAIL 111"}, health.TargetUnreachable, health.StageTargetConnect, false, false},
+		{"squid read timeout", ConnectStatusError{StatusCode: 504, Status: "504 Gateway Timeout", SquidError: "ERR_READ_TIMEOUT 0"}, health.TargetTimeout, health.StageTargetConnect, false, false},
+		{"squid zero size", ConnectStatusError{StatusCode: 502, Status: "502 Bad Gateway", SquidError: "ERR_ZERO_SIZE_OBJECT 0"}, health.TargetUnreachable, health.StageTargetConnect, false, false},
+		{"squid shutting down", ConnectStatusError{StatusCode: 503, Status: "503 Service Unavailable", SquidError: "ERR_SHUTTING_DOWN 0"}, health.UpstreamError, health.StageHTTPStatus, false, false},
+		{"tinyproxy unable to connect", ConnectStatusError{StatusCode: 500, Status: "500 Unable to connect"}, health.TargetUnreachable, health.StageTargetConnect, false, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := PlainAnswer(&tt.ce)
+			if f.Class != tt.class || f.Stage != tt.stage {
+				t.Fatalf("PlainAnswer = %s/%s, want %s/%s", f.Class, f.Stage, tt.class, tt.stage)
+			}
+			if got := f.Scope == health.ScopeTarget; got != tt.scoped {
+				t.Errorf("scoped = %v, want %v", got, tt.scoped)
+			}
+			if got := ClientFault(f); got != tt.rejected {
+				t.Errorf("ClientFault = %v, want %v", got, tt.rejected)
+			}
+			if msg := f.Error(); strings.Contains(msg, "answered CONNECT") || !strings.Contains(msg, "answered the forwarded request") {
+				t.Errorf("detail %q: want it to name the forwarded request, not CONNECT", msg)
+			}
+			if tt.ce.Plain {
+				t.Error("PlainAnswer modified its argument")
+			}
+			// What the gateway's forward path builds today goes the same way
+			// through the attempt loop's plainAnswer.
+			built := &health.Failure{Class: health.UpstreamError, Stage: health.StageHTTPStatus, Target: "h", Err: &tt.ce}
+			if tt.ce.SquidError != "" && tt.class != health.AuthRejected && !tt.class.IsTargetFailure() {
+				g := plainAnswer(built)
+				if g.Class != f.Class || g.Stage != f.Stage || g.Scope != f.Scope || g.Target != "h" {
+					t.Errorf("plainAnswer = %+v, want %+v with target h", g, f)
+				}
+			}
+		})
+	}
+	// A CONNECT answer is never re-read as a plain one.
+	cf := Classify(&ConnectStatusError{StatusCode: 403, Status: "403 Forbidden", SquidError: "ERR_ACCESS_DENIED 0"}, health.StageProxyHandshake)
+	if g := plainAnswer(cf); g != cf {
+		t.Errorf("plainAnswer changed a CONNECT failure: %+v", g)
+	}
+}
+
+// TestForAddrType: an IPv6 target through an IPv4-only upstream is an
+// address-type refusal scoped to the host, whatever the proxy says.
+func TestForAddrType(t *testing.T) {
+	at := func(err error) *health.Failure { return Classify(err, health.StageProxyHandshake) }
+	tests := []struct {
+		name string
+		f    *health.Failure
+		host string
+		want bool
+	}{
+		{"dante rep 8", at(&ReplyError{Code: 8}), "::1", true},
+		{"rep 8, name", at(&ReplyError{Code: 8}), "example.com", true},
+		{"rep 3, IPv6", at(&ReplyError{Code: 3}), "2001:db8::1", true},
+		{"rep 3, IPv4", at(&ReplyError{Code: 3}), "192.0.2.1", false},
+		{"rep 3, 4in6", at(&ReplyError{Code: 3}), "::ffff:192.0.2.1", false},
+		{"rep 5, IPv6", at(&ReplyError{Code: 5}), "::1", false},
+		{"squid 101, IPv6", at(&ConnectStatusError{StatusCode: 503, SquidError: "ERR_CONNECT_FAIL 101"}), "::1", true},
+		{"squid 101, IPv4", at(&ConnectStatusError{StatusCode: 503, SquidError: "ERR_CONNECT_FAIL 101"}), "192.0.2.1", false},
+		{"squid 97, name", at(&ConnectStatusError{StatusCode: 503, SquidError: "ERR_CONNECT_FAIL 97"}), "example.com", true},
+		{"squid 111, IPv6", at(&ConnectStatusError{StatusCode: 503, SquidError: "ERR_CONNECT_FAIL 111"}), "::1", false},
+		{"tinyproxy 500, IPv6", at(&ConnectStatusError{StatusCode: 500, Status: "500 Unable to connect"}), "::1", true},
+		{"tinyproxy 500, IPv4", at(&ConnectStatusError{StatusCode: 500, Status: "500 Unable to connect"}), "127.0.0.1", false},
+		{"timeout, IPv6", at(&targetWaitError{alive: true, err: os.ErrDeadlineExceeded}), "::1", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := forAddrType(tt.f, tt.host)
+			got := errors.Is(f, ErrAddrType)
+			if got != tt.want {
+				t.Fatalf("address-type refusal = %v, want %v (%v)", got, tt.want, f)
+			}
+			if got && (f.Class != health.UpstreamError || f.Stage != health.StageTargetConnect || f.Scope != health.ScopeTarget) {
+				t.Errorf("refusal %s/%s scope %v, want upstream_error/target_connect scoped to the target", f.Class, f.Stage, f.Scope)
+			}
+			if code, ok := RefusalReplyCode(f); got && (code != 8 || !ok) {
+				t.Errorf("RefusalReplyCode = %d, %v; want 8", code, ok)
+			}
+		})
+	}
+	if code, ok := RefusalReplyCode(at(&ReplyError{Code: 2})); code != 2 || !ok {
+		t.Errorf("RefusalReplyCode(REP 2) = %d, %v; want 2", code, ok)
+	}
+	if _, ok := RefusalReplyCode(at(&ReplyError{Code: 1})); ok {
+		t.Error("RefusalReplyCode(REP 1) is a refusal")
+	}
+	slow := &health.Failure{Class: health.SlowBody, Stage: health.StageFirstByte, Scope: health.ScopeTarget, Err: io.EOF}
+	if _, ok := RefusalReplyCode(slow); ok {
+		t.Error("RefusalReplyCode(a slow body scoped to its target) is a refusal")
+	}
+}
+
+// TestCheckTarget: what no upstream may be asked for (issue: CR/LF in a
+// target host went verbatim into the CONNECT request line).
+func TestCheckTarget(t *testing.T) {
+	for _, addr := range []string{
+		"example.com:443", "EXAMPLE.com:1", "127.0.0.1:65535", "[::1]:80", "[2001:db8::1]:443",
+		"under_score.example:80", "a-b.c~d:8080", strings.Repeat("a", 255) + ":80",
+	} {
+		if _, _, err := checkTarget(addr); err != nil {
+			t.Errorf("checkTarget(%q) = %v", addr, err)
+		}
+	}
+	for _, addr := range []string{
+		"example.com", "example.com:0", "example.com:99999", "example.com:https", ":80",
+		"evil.example\r\nX-Injected: 1:443", "a b.example:443", "a\x00b:443", "a\tb:443", "a\x7fb:443",
+		"a/b:80", "a@b:80", "a%41:80", "a?b:80", "a#b:80", "[fe80::1%eth0]:80", "[a:b]:80", "ex\u00e4mple.com:80",
+		strings.Repeat("a", 256) + ":80",
+	} {
+		if _, _, err := checkTarget(addr); !errors.Is(err, ErrInvalidTarget) {
+			t.Errorf("checkTarget(%q) = %v, want ErrInvalidTarget", addr, err)
+		}
 	}
 }

@@ -22,22 +22,31 @@ import (
 // transport bounds its own CONNECT (STYLE rule 28).
 const maxConnectResponseBytes = 16 << 10
 
-// ConnectStatusError is a non-2xx answer to CONNECT (RFC 9110 §9.3.6). It
-// never holds request headers, so no credential can leak through it. The
-// class and stage it maps to are in the table in classify.go.
+// ConnectStatusError is a non-2xx answer to CONNECT (RFC 9110 §9.3.6), or
+// with Plain an http:// proxy's own error answer to a forwarded plain-HTTP
+// request. It never holds request headers, so no credential can leak
+// through it. The class and stage it maps to are in the table in
+// classify.go.
 type ConnectStatusError struct {
 	StatusCode int    // e.g. 407
 	Status     string // status line after the version, e.g. "407 Proxy Authentication Required"
 	// SquidError is the X-Squid-Error header ("ERR_CONNECT_FAIL 111"),
 	// squid's mark on errors it generated itself; empty when absent.
 	SquidError string
+	// Plain marks the answer to a forwarded plain-HTTP request (absolute
+	// form, e.g. GET http://host/), not to CONNECT; see PlainAnswer.
+	Plain bool
 }
 
 func (e *ConnectStatusError) Error() string {
-	if e.SquidError != "" {
-		return "proxy answered CONNECT with " + strconv.Quote(e.Status) + " (" + e.SquidError + ")"
+	what := "CONNECT"
+	if e.Plain {
+		what = "the forwarded request"
 	}
-	return "proxy answered CONNECT with " + strconv.Quote(e.Status)
+	if e.SquidError != "" {
+		return "proxy answered " + what + " with " + strconv.Quote(e.Status) + " (" + e.SquidError + ")"
+	}
+	return "proxy answered " + what + " with " + strconv.Quote(e.Status)
 }
 
 // connectDialer tunnels through an HTTP proxy with CONNECT, over TLS to the
@@ -59,11 +68,25 @@ func (d *connectDialer) Dial(network, addr string) (net.Conn, error) {
 // establishment. The conn returned is the raw *net.TCPConn (http) or the
 // *tls.Conn (https) unless the proxy sent tunnel bytes along with its
 // response; those are then served first by a thin wrapper.
+//
+// A host that cannot go into a request line (see checkTargetHost: CR, LF,
+// SP, NUL, …) is refused before the proxy is dialed, with an error
+// wrapping ErrInvalidTarget, and the request is written from the checked
+// host and port, never from addr as given. The wait for the proxy's
+// answer is the wait for the target (rule (2) in classify.go): after TLS
+// to an https proxy it gets a budget of its own and a deadline there is
+// target_timeout; an http:// proxy has proved nothing before it answers,
+// so a deadline is a proxy_handshake timeout that the attempt loop
+// re-classifies when the upstream served lately.
 func (d *connectDialer) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
-	host, _, err := splitTarget(network, addr)
+	host, port, err := splitTarget(network, addr)
 	if err != nil {
 		return nil, err
 	}
+	if err := checkTargetHost(host); err != nil {
+		return nil, &health.Failure{Class: health.TargetUnreachable, Stage: health.StageTargetConnect, Target: host, Err: err}
+	}
+	target := net.JoinHostPort(host, strconv.Itoa(int(port)))
 	raw, err := d.dialProxy(ctx, host)
 	if err != nil {
 		return nil, err
@@ -71,19 +94,23 @@ func (d *connectDialer) DialContext(ctx context.Context, network, addr string) (
 	var out net.Conn
 	err = handshake(ctx, raw, d.cfg.HandshakeTimeout, func() error {
 		c := raw
+		alive := false
 		if d.tls != nil {
 			tc := tls.Client(raw, d.tls)
 			if err := tc.HandshakeContext(ctx); err != nil {
 				return fmt.Errorf("tls handshake with proxy: %w", err)
 			}
-			c = tc
+			c, alive = tc, true
+			if err := replyPhase(ctx, raw, d.cfg.HandshakeTimeout); err != nil {
+				return err
+			}
 		}
-		if _, err := io.WriteString(c, d.request(addr)); err != nil {
+		if _, err := io.WriteString(c, d.request(target)); err != nil {
 			return err
 		}
 		over, err := readConnectResponse(c, d.secrets()...)
 		if err != nil {
-			return err
+			return awaitingTarget(err, alive)
 		}
 		out = c
 		if len(over) > 0 {
@@ -98,14 +125,15 @@ func (d *connectDialer) DialContext(ctx context.Context, network, addr string) (
 	return out, nil
 }
 
-// request renders the CONNECT request. Proxy-Authorization carries the
+// request renders the CONNECT request for target, a host:port built from
+// a host checkTargetHost accepted. Proxy-Authorization carries the
 // userinfo; it is written only to the proxy and never into an error.
-func (d *connectDialer) request(addr string) string {
+func (d *connectDialer) request(target string) string {
 	var b strings.Builder
 	b.WriteString("CONNECT ")
-	b.WriteString(addr)
+	b.WriteString(target)
 	b.WriteString(" HTTP/1.1\r\nHost: ")
-	b.WriteString(addr)
+	b.WriteString(target)
 	b.WriteString("\r\n")
 	if d.hasAuth {
 		b.WriteString("Proxy-Authorization: Basic ")

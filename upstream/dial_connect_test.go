@@ -3,8 +3,10 @@ package upstream
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -131,6 +133,9 @@ func TestConnectFaults(t *testing.T) {
 		{name: "refuse TCP", mode: upstreamtest.Mode{Fault: upstreamtest.Refuse}, class: health.Refused, stage: health.StageDial},
 		{name: "close after accept", mode: upstreamtest.Mode{Fault: upstreamtest.CloseAfterAccept}, class: health.UpstreamError, stage: health.StageProxyHandshake},
 		{name: "black hole", mode: upstreamtest.Mode{Fault: upstreamtest.BlackHole}, class: health.Timeout, stage: health.StageProxyHandshake},
+		// An http:// proxy proves nothing before it answers CONNECT: the
+		// dialer cannot tell a silent proxy from one still reaching the
+		// target (the attempt loop can: TestFailedTargetWait).
 		{name: "hang after request", mode: upstreamtest.Mode{Fault: upstreamtest.HangConnect}, class: health.Timeout, stage: health.StageProxyHandshake},
 		{name: "garbage", mode: upstreamtest.Mode{Fault: upstreamtest.Garbage}, class: health.UpstreamError, stage: health.StageProxyHandshake},
 		{name: "unterminated header", mode: upstreamtest.Mode{Fault: upstreamtest.Garbage, Garbage: []byte("HTTP/1.1 200 OK\r\nX: y\r\n")}, class: health.Timeout, stage: health.StageProxyHandshake},
@@ -152,6 +157,8 @@ func TestConnectFaults(t *testing.T) {
 		{name: "403", mode: status(403, ""), class: health.UpstreamError, stage: health.StageProxyHandshake, wantStatus: 403},
 		{name: "429", mode: status(429, ""), class: health.UpstreamError, stage: health.StageProxyHandshake, wantStatus: 429},
 		{name: "302", mode: status(302, ""), class: health.UpstreamError, stage: health.StageProxyHandshake, wantStatus: 302},
+		// The client's URL is at fault: reported to no record (ClassNone).
+		{name: "squid invalid url 400", mode: status(400, "", "X-Squid-Error", "ERR_INVALID_URL 0"), class: health.ClassNone, stage: health.StageProxyHandshake, wantStatus: 400},
 		{name: "target port closed", addr: closed, class: health.TargetUnreachable, stage: health.StageTargetConnect, wantStatus: 503},
 	}
 	cfg := testCfg()
@@ -171,7 +178,7 @@ func TestConnectFaults(t *testing.T) {
 			if addr == "" {
 				addr = target.Addr()
 			}
-			_, err := dial(t, mustDialer(t, u, rowCfg(cfg, tt.class)), addr)
+			_, err := dial(t, mustDialer(t, u, rowCfg(cfg, tt.class, tt.mode)), addr)
 			f := wantFailure(t, err, tt.class, tt.stage)
 			if f.Target != "127.0.0.1" {
 				t.Errorf("Target = %q", f.Target)
@@ -282,5 +289,49 @@ func BenchmarkReadConnectResponse(b *testing.B) {
 		if _, err := readConnectResponse(r); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestHTTPSProxyHangAfterTLS: a proxy that completed TLS is alive; no
+// answer to the CONNECT then is the target's timeout, with a budget of
+// its own after the TLS handshake.
+func TestHTTPSProxyHangAfterTLS(t *testing.T) {
+	target := upstreamtest.NewTarget(t)
+	fk := upstreamtest.NewHTTPProxy(t, upstreamtest.Options{TLS: true, Mode: upstreamtest.Mode{Fault: upstreamtest.HangConnect}})
+	cfg := testCfg()
+	cfg.TLS = fk.ClientTLS()
+	cfg.HandshakeTimeout = 300 * time.Millisecond
+	_, err := dial(t, mustDialer(t, fk.URL(), cfg), target.Addr())
+	wantFailure(t, err, health.TargetTimeout, health.StageTargetConnect)
+	if code, ok := TargetReplyCode(err); code != 6 || !ok {
+		t.Errorf("TargetReplyCode = %d, %v; want 6 (TTL expired)", code, ok)
+	}
+}
+
+// TestConnectRefusesInjection: a target host that would break the request
+// line or inject a header is refused before anything is written to the
+// proxy, with an error that is the client's fault (issue: CR/LF from a
+// client went verbatim into "CONNECT host:port HTTP/1.1" and Host, and
+// tinyproxy's 407 answer then cooled the upstream as auth_rejected).
+func TestConnectRefusesInjection(t *testing.T) {
+	fk := upstreamtest.NewHTTPProxy(t, upstreamtest.Options{Username: "u", Password: "p"})
+	d := mustDialer(t, fk.URL(), testCfg())
+	for _, addr := range []string{
+		"evil.example\r\nProxy-Authorization: Basic eDp5:443",
+		"evil.example\r\n\r\nGET / HTTP/1.1:443",
+		"a b.example:443",
+		"a\x00b.example:443",
+		"a/b.example:443",
+	} {
+		_, err := d.DialContext(context.Background(), "tcp", addr)
+		if !errors.Is(err, ErrInvalidTarget) || !ClientFault(err) {
+			t.Errorf("%q: err = %v, want ErrInvalidTarget", addr, err)
+		}
+		if strings.ContainsAny(fmt.Sprint(err), "\r\n\x00") {
+			t.Errorf("%q: the error carries raw control bytes: %q", addr, err)
+		}
+	}
+	if n := fk.Connections(); n != 0 {
+		t.Errorf("the proxy saw %d connections, want none", n)
 	}
 }

@@ -86,6 +86,13 @@ func (d *socks5Dialer) Dial(network, addr string) (net.Conn, error) {
 // addr is sent unresolved (ATYP 3) unless it is an IP literal. ctx governs
 // only the establishment. The conn returned is the raw *net.TCPConn: the
 // handshake reads exactly the bytes of each reply, never more.
+//
+// A host that cannot be sent (see checkTargetHost) is refused before the
+// proxy is dialed, with an error wrapping ErrInvalidTarget. A deadline hit
+// while waiting for the CONNECT reply, after the proxy answered the
+// greeting and authentication on this connection, is the target's
+// (target_timeout at target_connect): the proxy is alive and still trying
+// to reach it (dante answers REP 6 only after ~31 s, microsocks never).
 func (d *socks5Dialer) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
 	host, port, err := splitTarget(network, addr)
 	if err != nil {
@@ -99,20 +106,21 @@ func (d *socks5Dialer) DialContext(ctx context.Context, network, addr string) (n
 	if err != nil {
 		return nil, err
 	}
-	err = handshake(ctx, c, d.cfg.HandshakeTimeout, func() error { return d.negotiate(c, req) })
+	err = handshake(ctx, c, d.cfg.HandshakeTimeout, func() error { return d.negotiate(ctx, c, req) })
 	if err != nil {
 		c.Close()
-		// Typed errors (auth, reply codes) carry their own stage; everything
-		// else, deadlines included, happened during the proxy handshake.
+		// Typed errors (auth, reply codes, the wait for the target) carry
+		// their own stage; everything else, deadlines included, happened
+		// during the proxy handshake.
 		return nil, failAt(err, health.StageProxyHandshake, host)
 	}
 	return c, nil
 }
 
 // negotiate runs method selection, optional RFC 1929 auth and CONNECT.
-func (d *socks5Dialer) negotiate(c net.Conn, req []byte) error {
+func (d *socks5Dialer) negotiate(ctx context.Context, c net.Conn, req []byte) error {
 	if d.cfg.SOCKS5Pipeline {
-		return d.negotiatePipelined(c, req)
+		return d.negotiatePipelined(ctx, c, req)
 	}
 	// Offer {00, 02} with credentials: dante in no-auth mode answers FF to a
 	// client offering only 02 (UPSTREAM-SIGNALS.md).
@@ -138,11 +146,16 @@ func (d *socks5Dialer) negotiate(c net.Conn, req []byte) error {
 	default:
 		return fmt.Errorf("%w: socks5 proxy selected method %#x that was not offered", ErrMalformedReply, method)
 	}
+	// The proxy answered: it is alive. What follows is its attempt to
+	// reach the target, with a budget of its own.
+	if err := replyPhase(ctx, c, d.cfg.HandshakeTimeout); err != nil {
+		return err
+	}
 	if _, err := c.Write(req); err != nil {
 		return err
 	}
 	if _, err := readConnectReply(c); err != nil {
-		return err
+		return awaitingTarget(err, true)
 	}
 	return nil
 }
@@ -153,7 +166,7 @@ func (d *socks5Dialer) negotiate(c net.Conn, req []byte) error {
 // credentials, else none. A server that reads more than each step needs
 // and drops the rest never answers the CONNECT: the deadline then ends
 // the handshake as a timeout, with a detail that names the likely cause.
-func (d *socks5Dialer) negotiatePipelined(c net.Conn, req []byte) error {
+func (d *socks5Dialer) negotiatePipelined(ctx context.Context, c net.Conn, req []byte) error {
 	method := byte(socks5AuthNone)
 	if d.hasAuth {
 		method = socks5AuthUser
@@ -181,8 +194,16 @@ func (d *socks5Dialer) negotiatePipelined(c net.Conn, req []byte) error {
 			return pipelineHint(err)
 		}
 	}
+	// The server may have dropped the request that followed what it
+	// answered (see pipelineHint): its answers so far do not prove it
+	// serves pipelined requests, so a deadline here is the target's only
+	// when the attempt loop knows the upstream served lately
+	// (Attempts.Failed).
+	if err := replyPhase(ctx, c, d.cfg.HandshakeTimeout); err != nil {
+		return err
+	}
 	if _, err := readConnectReply(c); err != nil {
-		return pipelineHint(err)
+		return awaitingTarget(pipelineHint(err), false)
 	}
 	return nil
 }
@@ -280,7 +301,9 @@ func readConnectReply(r io.Reader) (netip.AddrPort, error) {
 }
 
 // socks5ConnectRequest builds the CONNECT request (RFC 1928 §4). Names go
-// as ATYP 3 unresolved (socks5h semantics for both schemes).
+// as ATYP 3 unresolved (socks5h semantics for both schemes); a name
+// checkTargetHost refuses (over 255 bytes, controls, spaces) returns an
+// error wrapping ErrInvalidTarget.
 func socks5ConnectRequest(host string, port uint16) ([]byte, error) {
 	b := make([]byte, 0, 6+1+len(host))
 	b = append(b, socks5Version, socks5CmdConnect, 0)
@@ -295,8 +318,8 @@ func socks5ConnectRequest(host string, port uint16) ([]byte, error) {
 			b = append(b, a[:]...)
 		}
 	} else {
-		if len(host) == 0 || len(host) > 255 {
-			return nil, fmt.Errorf("%w: host name of %d bytes", ErrInvalidTarget, len(host))
+		if err := checkTargetHost(host); err != nil {
+			return nil, err
 		}
 		b = append(b, socks5AtypDomain, byte(len(host)))
 		b = append(b, host...)

@@ -2,6 +2,7 @@ package upstream
 
 import (
 	"bytes"
+	"context"
 	"io"
 	"net"
 	"strings"
@@ -50,7 +51,7 @@ func FuzzSOCKS5Reply(f *testing.F) {
 		d := &socks5Dialer{proxyDialer: proxyDialer{user: "u", pass: "p", hasAuth: auth}}
 		req, _ := socks5ConnectRequest("example.com", 443)
 		r := bytes.NewReader(script)
-		err := d.negotiate(&scriptConn{r: r}, req)
+		err := d.negotiate(context.Background(), &scriptConn{r: r}, req)
 		if err == nil {
 			return
 		}
@@ -138,15 +139,19 @@ func FuzzParseList(f *testing.F) {
 func FuzzClassify(f *testing.F) {
 	f.Add(byte(5), 503, "ERR_CONNECT_FAIL 111", "503 Service Unavailable")
 	f.Add(byte(1), 500, "", "500 Unable to connect")
+	f.Add(byte(8), 400, "ERR_INVALID_URL 0", "400 Bad Request") // the client's URL: none, ErrRequestRejected
 	f.Fuzz(func(t *testing.T, rep byte, status int, squid, text string) {
-		for _, err := range []error{
-			&ReplyError{Code: rep},
-			&ConnectStatusError{StatusCode: status, Status: text, SquidError: squid},
+		ce := &ConnectStatusError{StatusCode: status, Status: text, SquidError: squid}
+		for _, f := range []*health.Failure{
+			Classify(&ReplyError{Code: rep}, health.StageProxyHandshake),
+			Classify(ce, health.StageProxyHandshake),
+			PlainAnswer(ce),
 		} {
-			f := Classify(err, health.StageProxyHandshake)
-			if f == nil || f.Class == health.ClassNone || strings.HasPrefix(f.Class.String(), "class(") ||
+			// ClassNone only for an answer that blames the client's
+			// request, which is reported to no record.
+			if f == nil || f.Class == health.ClassNone && !ClientFault(f) || strings.HasPrefix(f.Class.String(), "class(") ||
 				f.Stage == health.StageNone {
-				t.Fatalf("%v classified as %+v", err, f)
+				t.Fatalf("%v classified as %+v", ce, f)
 			}
 		}
 	})
