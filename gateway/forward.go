@@ -146,7 +146,7 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 	var lastEP *upstream.Endpoint
 	fail := func(err error) {
 		if last != nil {
-			n, berr := s.relay(ctx, w, last, lastEP, host, cfg.SlowBody.Stall)
+			n, berr := s.relay(ctx, w, last, lastEP, strings.ToLower(addr), cfg.SlowBody.Stall)
 			s.pool.Release(lastEP)
 			s.logForward(id, r, params.User, lastEP, att, berr, n, start)
 			return
@@ -181,7 +181,7 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 			resp, err = nil, errSwitchingProtocols
 		}
 		if err != nil {
-			err = classifyForwardErr(err, host)
+			err = directSlowIsTarget(e, classifyForwardErr(err, host))
 		}
 		if err == nil {
 			if f := classifyProxyResponse(e, resp); f != nil {
@@ -218,7 +218,7 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 			last, lastEP = resp, e
 			continue
 		}
-		n, berr := s.relay(ctx, w, resp, e, host, cfg.SlowBody.Stall)
+		n, berr := s.relay(ctx, w, resp, e, strings.ToLower(addr), cfg.SlowBody.Stall)
 		s.pool.Release(e)
 		s.logForward(id, r, params.User, e, att, berr, n, start)
 		return
@@ -261,14 +261,15 @@ func forwardAddr(u *url.URL) string {
 // is reported as slow_body) the client's answer is aborted, so the cut
 // shows; the error is returned for the request's log line, unless the
 // client went away itself.
-func (s *Server) relay(ctx context.Context, w http.ResponseWriter, resp *http.Response, e *upstream.Endpoint, host string, stall time.Duration) (int64, error) {
+func (s *Server) relay(ctx context.Context, w http.ResponseWriter, resp *http.Response, e *upstream.Endpoint, target string, stall time.Duration) (int64, error) {
 	n, stalled, err := s.writeResponse(w, resp, e, stall)
 	if err == nil {
 		return n, nil
 	}
 	if stalled {
-		f := &health.Failure{Class: health.SlowBody, Stage: health.StageBody, Target: host,
+		f := &health.Failure{Class: health.SlowBody, Stage: health.StageBody, Target: target,
 			Err: errors.New("response body stalled for slow_body.stall")}
+		directSlowIsTarget(e, f)
 		s.pool.Report(e, f)
 		err = f
 	} else {
@@ -341,6 +342,19 @@ func lastUpstream(err error) string {
 		return ae.Last().Upstream
 	}
 	return ""
+}
+
+// directSlowIsTarget scopes a slow_body failure of the direct upstream to
+// its target host: with no proxy in between a slow answer or a stalled
+// body can only be the target's, so it must not cool direct for every
+// host (with one direct upstream, one slow site would make the whole
+// gateway answer 503). Tunnels do the same (runTunnel). It returns err.
+func directSlowIsTarget(e *upstream.Endpoint, err error) error {
+	var f *health.Failure
+	if errors.As(err, &f) && f.Class == health.SlowBody && e.Scheme() == "direct" {
+		f.Scope = health.ScopeTarget
+	}
+	return err
 }
 
 // classifyForwardErr classifies a RoundTrip error. Errors from rotor's own

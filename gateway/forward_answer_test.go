@@ -242,6 +242,10 @@ func TestForwardInvalidTargetIs400(t *testing.T) {
 		"CONNECT 127.0.0.1:99999 HTTP/1.1\r\nHost: 127.0.0.1:99999\r\n\r\n",
 		"CONNECT a.test:0 HTTP/1.1\r\nHost: a.test:0\r\n\r\n",
 		"CONNECT a.test: HTTP/1.1\r\nHost: a.test:\r\n\r\n",
+		"CONNECT a;b:443 HTTP/1.1\r\nHost: a;b:443\r\n\r\n",
+		"CONNECT a\x80b:443 HTTP/1.1\r\nHost: a\x80b:443\r\n\r\n",
+		"CONNECT [::1%25eth0]:443 HTTP/1.1\r\nHost: [::1%25eth0]:443\r\n\r\n",
+		"GET http://a!b.test/ HTTP/1.1\r\nHost: a!b.test\r\n\r\n",
 	} {
 		line := strings.SplitN(req, "\r\n", 2)[0]
 		t.Run(line, func(t *testing.T) {

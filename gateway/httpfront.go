@@ -78,8 +78,8 @@ func plainError(w http.ResponseWriter, status int, rotorErr, reason string) {
 // "" when it can be tried: the host is not empty and the port is a
 // decimal number from 1 to 65535, a TCP port one can connect to. It is
 // checked before an upstream is picked, so the client gets a 400 and no
-// upstream is blamed for a target that cannot exist. Whether the host is
-// a well-formed name is left to the upstream.
+// upstream is blamed for a target that cannot exist. The host must be a
+// DNS name or an IP literal (validTargetHost, as on the SOCKS5 front).
 func badTarget(addr string) string {
 	host, port, err := net.SplitHostPort(addr)
 	switch {
@@ -87,6 +87,11 @@ func badTarget(addr string) string {
 		return "want host:port"
 	case host == "":
 		return "the host is empty"
+	case !validTargetHost(host):
+		// Checked here, not left to the upstream: punctuation or raw
+		// bytes in the CONNECT line or absolute URI rotor writes would
+		// make a strict proxy answer 400, and cool a healthy upstream.
+		return "the host is not a DNS name or an IP address"
 	}
 	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
 		return "the port must be a number from 1 to 65535"
