@@ -27,7 +27,7 @@ COPY . .
 ARG VERSION=dev
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
     CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/rotor ./cmd/rotor \
- && mkdir -p /out/state
+ && mkdir -p /out/state /out/root/tmp && chmod 1777 /out/root/tmp
 
 FROM ${RUNTIME_IMAGE}
 COPY --from=build /etc/ssl/certs/ca-certificates.crt /etc/ssl/certs/ca-certificates.crt
@@ -36,10 +36,18 @@ COPY --from=build /out/rotor /rotor
 # required (ROTOR_CLIENT_PASSWORD) and the admin API needs a token
 # (ROTOR_ADMIN_TOKEN). Mount a directory over /etc/rotor to use your own.
 COPY docker/rotor.toml /etc/rotor/rotor.toml
-# For state_file = "/var/lib/rotor/state.json"; mount a volume here to keep it.
+# The default config's state_file = "/var/lib/rotor/state.json": writable by
+# uid 65532; mount a volume here to keep it across containers.
 COPY --from=build --chown=65532:65532 /out/state /var/lib/rotor
+# rotor records the admin address it listens on in /tmp, where
+# `rotor -healthcheck` reads it (scratch has no /tmp; distroless has one).
+# Copied as an entry of /out/root, so that it keeps its mode (1777).
+COPY --from=build /out/root/ /
 USER 65532:65532
 EXPOSE 1080 8080 9090
+# Asks the running rotor's admin listener (the address it recorded in /tmp
+# at start), so a bad or pending edit of the config file does not make a
+# healthy container unhealthy.
 HEALTHCHECK --interval=30s --timeout=5s --start-period=10s --retries=3 \
   CMD ["/rotor", "-healthcheck", "-config", "/etc/rotor/rotor.toml"]
 ENTRYPOINT ["/rotor"]

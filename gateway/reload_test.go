@@ -114,3 +114,44 @@ func TestReloadKeepsStateOfUnchangedUpstreams(t *testing.T) {
 		t.Fatalf("after a rejected reload the old config must still serve: %v %v", resp, err)
 	}
 }
+
+// TestReloadStateFileNeedsRestart: a changed state_file was silently
+// ignored on reload. Like listener addresses and [cluster] it is reported
+// as taking effect after a restart; until then the records keep going to
+// the file rotor restored from.
+func TestReloadStateFileNeedsRestart(t *testing.T) {
+	dir := t.TempDir()
+	conf := func(state string) string {
+		return fmt.Sprintf("state_file = %q\n[listen]\nsocks5 = \"127.0.0.1:0\"\nhttp = \"\"\nadmin = \"\"\n[[upstream]]\nurl = \"direct://\"\nname = \"direct\"\n", state)
+	}
+	oldPath, newPath := filepath.Join(dir, "old.json"), filepath.Join(dir, "new.json")
+	srv, logs := newGateway(t, "state.toml", conf(oldPath))
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	next, err := ParseConfig("state.toml", []byte(conf(newPath)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Reload(next); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var line string
+	for _, l := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(l, "state_file changed") {
+			line = l
+		}
+	}
+	if !strings.Contains(line, "takes effect after a restart") || !strings.Contains(line, `"from":"`+oldPath) || !strings.Contains(line, `"to":"`+newPath) {
+		t.Errorf("state_file change logged as %q, want a restart notice with from and to", line)
+	}
+	if _, err := os.Stat(oldPath); err != nil {
+		t.Errorf("records not written to the running state file: %v", err)
+	}
+	if _, err := os.Stat(newPath); err == nil {
+		t.Error("records written to the new state file before a restart")
+	}
+}

@@ -5,8 +5,10 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -38,6 +40,12 @@ type Server struct {
 
 	ctx    context.Context // cancelled by Shutdown: ends waits and the prober
 	cancel context.CancelFunc
+	// draining is set when Shutdown begins. The admin listener stays up
+	// through the drain, its /healthz answering 503, and closes last.
+	draining atomic.Bool
+	adminWG  sync.WaitGroup // the admin listener's server
+	// runRecord is Options.RunRecord: written by Start, removed by Shutdown.
+	runRecord string
 
 	tunnels       registry
 	reactor       *splice.Reactor // parks idle tunnel directions; nil: a goroutine per direction
@@ -63,6 +71,10 @@ type Options struct {
 	// UpstreamTLS is the client TLS config for https:// upstream proxies;
 	// nil means the system roots.
 	UpstreamTLS *tls.Config
+	// RunRecord is the file in which Start records the admin listener's
+	// bound address for `rotor -healthcheck` (RunRecordPath); "" writes
+	// none.
+	RunRecord string
 }
 
 // New builds a server from cfg. It does not listen yet.
@@ -71,7 +83,7 @@ func New(cfg *Config, opt Options) (*Server, error) {
 	if clock == nil {
 		clock = health.RealClock()
 	}
-	s := &Server{log: opt.Log, clock: clock, listeners: map[string]net.Listener{}}
+	s := &Server{log: opt.Log, clock: clock, listeners: map[string]net.Listener{}, runRecord: opt.RunRecord}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.tr = health.NewTracker(trackerConfig(cfg), clock, opt.Log)
 	if cfg.Cluster.Enabled() {
@@ -224,6 +236,9 @@ func (s *Server) Start() error {
 		defer s.wg.Done()
 		_ = s.tr.Run(s.ctx)
 	}()
+	// Before "listening" is logged: whoever waits for that line finds the
+	// record. Connections made before serving starts wait in the backlog.
+	s.writeRunRecord()
 	for name, ln := range s.listeners {
 		s.log.Info().Str("listener", name).Str("addr", ln.Addr().String()).Msg("listening")
 		switch name {
@@ -235,7 +250,7 @@ func (s *Server) Start() error {
 			s.wg.Add(1)
 			go s.acceptHTTP(ln) // owner: Server; ends when the listener is closed
 		case "admin":
-			s.serveHTTP(ln, s.adminHandler(), "admin")
+			s.serveHTTP(ln, s.drainingHealthz(s.adminHandler()), "admin")
 		}
 	}
 	return nil
@@ -265,63 +280,91 @@ func (s *Server) serveHTTP(ln net.Listener, h http.Handler, name string) {
 	s.mu.Lock()
 	s.servers = append(s.servers, srv)
 	s.mu.Unlock()
-	s.wg.Add(1)
-	go func() { // owner: Server; ends when the listener is closed
-		defer s.wg.Done()
+	s.adminWG.Add(1)
+	go func() { // owner: Server; ends when Shutdown closes the server, last
+		defer s.adminWG.Done()
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
 			s.log.Error().Err(err).Str("listener", name).Msg("serve failed")
 		}
 	}()
 }
 
-func (s *Server) closeListeners() {
+// closeListeners closes the listeners named, or every one when none is.
+func (s *Server) closeListeners(names ...string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, ln := range s.listeners {
-		_ = ln.Close()
+	for name, ln := range s.listeners {
+		if len(names) == 0 || slices.Contains(names, name) {
+			_ = ln.Close()
+		}
 	}
 }
 
 // Shutdown stops accepting, lets open tunnels finish until ctx ends, then
-// force-closes what remains and stops the prober. It returns once every
-// goroutine the server started has ended.
+// force-closes what remains, stops the prober and writes the state file.
+// The admin listener stays up until the end, so /metrics can be scraped
+// through the drain while /healthz answers 503 "shutting down"; cancelling
+// ctx ends the drain at once. It returns once every goroutine the server
+// started has ended.
 func (s *Server) Shutdown(ctx context.Context) error {
-	s.closeListeners()
-	s.mu.Lock()
-	servers := append([]*http.Server(nil), s.servers...)
-	s.mu.Unlock()
+	s.draining.Store(true)
+	s.closeListeners("socks5", "http")
 	var hwg sync.WaitGroup
 	hwg.Add(1)
 	go func() { // owner: Shutdown; ends when the HTTP front's connections have ended
 		defer hwg.Done()
 		s.h1.shutdown(ctx)
 	}()
-	for _, srv := range servers {
-		hwg.Add(1)
-		go func() { // owner: Shutdown; ends when the server is shut down or ctx ends
-			defer hwg.Done()
-			if err := srv.Shutdown(ctx); err != nil {
-				_ = srv.Close()
-			}
-		}()
-	}
-	drained := s.tunnels.wait(ctx)
-	if !drained {
-		n := s.tunnels.closeAll()
-		s.log.Warn().Int("tunnels", n).Msg("shutdown grace over: closing open tunnels")
+	if !s.tunnels.wait(ctx) {
+		s.closeTunnels(ctx)
 	}
 	hwg.Wait()
+	s.cancel() // ends SOCKS5 handshakes and upstream waits still in progress, and the prober
+	s.wg.Wait()
+	// Both fronts answer a client before its tunnel is registered, so a
+	// tunnel may have opened after the registry was seen empty (or closed).
+	// No handler is left to open another: this wait is the last, and exact.
+	if !s.tunnels.wait(ctx) {
+		s.closeTunnels(ctx)
+	}
 	s.tunnelWG.Wait()
 	if s.reactor != nil {
 		_ = s.reactor.Close() // after the tunnels: none is parked any more
 	}
-	s.cancel()
-	s.wg.Wait()
 	if s.fleet != nil {
 		_ = s.fleet.Close() // after the prober: its probes may still release leases
 	}
 	s.stopStateFile()
+	s.closeAdmin(ctx)
+	s.removeRunRecord()
 	return nil
+}
+
+// closeTunnels force-closes the open tunnels once ctx ended the drain.
+func (s *Server) closeTunnels(ctx context.Context) {
+	n := s.tunnels.closeAll()
+	if n == 0 {
+		return
+	}
+	msg := "shutdown grace over: closing open tunnels"
+	if errors.Is(ctx.Err(), context.Canceled) {
+		msg = "drain ended early: closing open tunnels" // a second signal
+	}
+	s.log.Warn().Int("tunnels", n).Msg(msg)
+}
+
+// closeAdmin shuts the admin listener's server down: requests in flight
+// may finish until ctx ends.
+func (s *Server) closeAdmin(ctx context.Context) {
+	s.mu.Lock()
+	servers := append([]*http.Server(nil), s.servers...)
+	s.mu.Unlock()
+	for _, srv := range servers {
+		if err := srv.Shutdown(ctx); err != nil {
+			_ = srv.Close()
+		}
+	}
+	s.adminWG.Wait()
 }
 
 // Reload swaps in cfg: upstreams are matched by identity so unchanged ones
@@ -347,6 +390,12 @@ func (s *Server) Reload(cfg *Config) error {
 	if old.Cluster != cfg.Cluster {
 		s.log.Warn().Msg("reload: [cluster] changed; it takes effect after a restart")
 	}
+	if old.StateFile != cfg.StateFile {
+		// The writer keeps the path it restored from: switching files under
+		// it would mean restoring a second file into live records.
+		s.log.Warn().Str("from", old.StateFile).Str("to", cfg.StateFile).
+			Msg("reload: state_file changed; it takes effect after a restart")
+	}
 	if err := s.apply(cfg, specs, lists); err != nil {
 		return err
 	}
@@ -356,4 +405,20 @@ func (s *Server) Reload(cfg *Config) error {
 	s.kickState()
 	s.log.Info().Int("upstreams", len(s.pool.Endpoints())).Msg("config reloaded")
 	return nil
+}
+
+// drainingHealthz answers /healthz with 503 once Shutdown began: the admin
+// listener stays up through the drain, and an orchestrator or load
+// balancer must see that rotor is going away, not that it is healthy.
+func (s *Server) drainingHealthz(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.draining.Load() && r.URL.Path == "/healthz" && (r.Method == http.MethodGet || r.Method == http.MethodHead) {
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			w.Header().Set("Cache-Control", "no-store")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = io.WriteString(w, "shutting down\n")
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }

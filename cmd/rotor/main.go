@@ -1,18 +1,19 @@
 // Command rotor is a forward SOCKS5 / HTTP CONNECT rotating proxy gateway.
 // It parses flags, loads the config, wires the gateway and handles
 // signals: SIGHUP (or a change of the config file) reloads, SIGTERM and
-// SIGINT drain and exit 0.
+// SIGINT drain and exit 0; a second SIGTERM or SIGINT ends the drain at
+// once and exits 128+signal.
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 	"time"
 
@@ -26,18 +27,39 @@ import (
 // version is stamped at build time with -ldflags "-X main.version=…".
 var version = "dev"
 
-func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr, signal.Notify)) }
 
-func run(args []string, stdout, stderr io.Writer) int {
+// notifyFunc is signal.Notify; tests pass their own, which lets them send
+// signals without signalling the test process.
+type notifyFunc func(c chan<- os.Signal, sig ...os.Signal)
+
+func run(args []string, stdout, stderr io.Writer, notify notifyFunc) int {
 	fs := flag.NewFlagSet("rotor", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() {} // printed below: to stdout when asked for, else to stderr
 	configPath := fs.String("config", "", "config file (default ./rotor.toml when present, else built-in defaults)")
 	check := fs.Bool("check", false, "validate the config and exit: 0 when valid, 1 printing FILE:LINE: message per error")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	logFormat := fs.String("log-format", "json", "log format: json or console")
 	logLevel := fs.String("log-level", "info", "least severe log lines written: debug (adds failed client handshakes and bad requests), info, warn or error")
-	healthcheck := fs.Bool("healthcheck", false, "probe the admin listener's /healthz and exit 0 when healthy (for Docker HEALTHCHECK)")
+	healthcheck := fs.Bool("healthcheck", false, "ask the running rotor's /healthz (at the admin address it recorded at start; else the config's listen.admin) and exit 0 when healthy (for Docker HEALTHCHECK)")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			usage(fs, stdout)
+			return 0
+		}
+		usage(fs, stderr)
+		return 2
+	}
+	if fs.NArg() > 0 {
+		// Parsing stops at the first non-flag: whatever follows it would be
+		// ignored, and `rotor check -config a.toml` would serve on defaults.
+		hint := ""
+		if fs.Lookup(fs.Arg(0)) != nil {
+			hint = fmt.Sprintf(" (did you mean -%s?)", fs.Arg(0))
+		}
+		fmt.Fprintf(stderr, "rotor: unexpected argument %q%s: rotor takes flags only\n", fs.Arg(0), hint)
+		usage(fs, stderr)
 		return 2
 	}
 	if *showVersion {
@@ -63,6 +85,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "rotor: -log-level must be debug, info, warn or error, not %q\n", *logLevel)
 		return 2
 	}
+	if *healthcheck {
+		// Asks the running rotor, not the file on disk (gateway.Healthcheck).
+		if err := gateway.Healthcheck(configFile(*configPath)); err != nil {
+			fmt.Fprintln(stderr, "rotor: unhealthy:", err)
+			return 1
+		}
+		return 0
+	}
 	log := zerolog.New(out).Level(level).With().Timestamp().Logger()
 	// go-redis has one process-wide logger (fleet mode): route it to ours.
 	cluster.SetRedisLogger(log)
@@ -80,19 +110,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "%s: ok\n", displayPath(cfg))
 		return 0
 	}
-	if *healthcheck {
-		return healthz(cfg, stderr)
-	}
 
 	// Signals are caught before the listeners open, so a SIGTERM that
 	// arrives as soon as the ports accept still drains and exits 0.
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
+	sigs := make(chan os.Signal, 4)
+	notify(sigs, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sigs)
 
-	srv, err := gateway.New(cfg, gateway.Options{Log: log})
+	srv, err := gateway.New(cfg, gateway.Options{Log: log, RunRecord: gateway.RunRecordPath(cfg.Path())})
 	if err != nil {
 		log.Error().Err(err).Msg("start failed")
 		return 1
@@ -103,32 +128,91 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	log.Info().Str("version", version).Str("config", displayPath(cfg)).Msg("rotor started")
 
-	// Reloads run on their own goroutine until ctx ends (SIGTERM/SIGINT).
+	// Reloads run on their own goroutine until SIGTERM/SIGINT.
+	ctx, stopWatch := context.WithCancel(context.Background())
+	hup := make(chan os.Signal, 1)
 	done := make(chan struct{})
-	go func() { // owner: run; ends when ctx is done
+	go func() { // owner: run; ends when stopWatch is called
 		defer close(done)
 		srv.Watch(ctx, hup)
 	}()
-	<-ctx.Done()
+	first := <-sigs
+	for first == syscall.SIGHUP {
+		select {
+		case hup <- first:
+		default: // a reload is already queued
+		}
+		first = <-sigs
+	}
+	stopWatch()
 	<-done
-	log.Info().Dur("grace", srv.Config().ShutdownGrace).Msg("shutting down: draining tunnels")
-	sctx, cancel := context.WithTimeout(context.Background(), srv.Config().ShutdownGrace)
-	_ = srv.Shutdown(sctx)
-	cancel()
-	log.Info().Msg("stopped")
-	return 0
+	return drain(srv, sigs, first, log)
+}
+
+// drain shuts srv down within shutdown_grace. A second SIGTERM or SIGINT
+// ends the drain at once: open tunnels are closed, the state file is
+// written, and the exit code is 128+signal, as for a process the signal
+// killed, so a supervisor sees the drain was cut short.
+func drain(srv *gateway.Server, sigs <-chan os.Signal, first os.Signal, log zerolog.Logger) int {
+	grace := srv.Config().ShutdownGrace
+	log.Info().Str("signal", first.String()).Dur("grace", grace).Msg("shutting down: draining tunnels")
+	ctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	code := 0
+	stopped := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { // owner: drain; ends when Shutdown has returned or at a second signal
+		defer wg.Done()
+		for {
+			select {
+			case <-stopped:
+				return
+			case sig := <-sigs:
+				if sig == syscall.SIGHUP {
+					continue // no reloads while draining
+				}
+				log.Warn().Str("signal", sig.String()).Msg("second signal: ending the drain now")
+				code = 1
+				if n, ok := sig.(syscall.Signal); ok {
+					code = 128 + int(n)
+				}
+				cancel()
+				return
+			}
+		}
+	}()
+	_ = srv.Shutdown(ctx)
+	close(stopped)
+	wg.Wait()
+	log.Info().Int("exit", code).Msg("stopped")
+	return code
+}
+
+// usage prints how to call rotor and every flag to w.
+func usage(fs *flag.FlagSet, w io.Writer) {
+	fmt.Fprintln(w, "Usage: rotor [-config FILE] [-check | -healthcheck | -version] [flags]")
+	fs.SetOutput(w)
+	fs.PrintDefaults()
 }
 
 // loadConfig loads path, or ./rotor.toml when present, or the defaults.
 func loadConfig(path string) (*gateway.Config, error) {
-	if path == "" {
-		if _, err := os.Stat("rotor.toml"); err == nil {
-			path = "rotor.toml"
-		} else {
-			return gateway.Defaults(), nil
-		}
+	if path = configFile(path); path == "" {
+		return gateway.Defaults(), nil
 	}
 	return gateway.LoadConfig(path)
+}
+
+// configFile is the file rotor runs from: path, else ./rotor.toml when
+// present, else "" (built-in defaults).
+func configFile(path string) string {
+	if path == "" {
+		if _, err := os.Stat("rotor.toml"); err == nil {
+			return "rotor.toml"
+		}
+	}
+	return path
 }
 
 func displayPath(cfg *gateway.Config) string {
@@ -136,33 +220,4 @@ func displayPath(cfg *gateway.Config) string {
 		return "built-in defaults"
 	}
 	return cfg.Path()
-}
-
-// healthz asks the admin listener whether rotor is up.
-func healthz(cfg *gateway.Config, stderr io.Writer) int {
-	addr := cfg.Listen.Admin
-	if addr == "" {
-		fmt.Fprintln(stderr, "rotor: -healthcheck needs listen.admin")
-		return 1
-	}
-	host, port, _ := net.SplitHostPort(addr)
-	if host == "" || host == "0.0.0.0" || host == "::" {
-		host = "127.0.0.1"
-	}
-	c := http.Client{Timeout: 3 * time.Second}
-	req, _ := http.NewRequest(http.MethodGet, "http://"+net.JoinHostPort(host, port)+"/healthz", nil)
-	if cfg.Listen.AdminToken != "" {
-		req.Header.Set("Authorization", "Bearer "+cfg.Listen.AdminToken)
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		fmt.Fprintln(stderr, "rotor: unhealthy:", err)
-		return 1
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		fmt.Fprintln(stderr, "rotor: unhealthy: /healthz answered", resp.Status)
-		return 1
-	}
-	return 0
 }

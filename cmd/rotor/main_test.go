@@ -11,9 +11,12 @@ import (
 func runCmd(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	code := run(args, &out, &errb)
+	code := run(args, &out, &errb, noSignals)
 	return code, out.String(), errb.String()
 }
+
+// noSignals is a notifyFunc for runs that must not serve.
+func noSignals(chan<- os.Signal, ...os.Signal) {}
 
 func TestVersion(t *testing.T) {
 	code, out, _ := runCmd(t, "-version")
@@ -43,7 +46,7 @@ func TestCheck(t *testing.T) {
 		wants []string
 	}{
 		{"valid", good, 0, []string{"ok"}},
-		{"unknown key and bad scheme", bad, 1, []string{bad + ":3: unknown key \"pool.wait_for_upstrem\"", bad + ":5: "}},
+		{"unknown key and bad scheme", bad, 1, []string{bad + ":3: unknown key \"pool.wait_for_upstrem\"", bad + ":6: "}},
 		{"bad list line", withList, 1, []string{list + ":2: "}},
 	}
 	for _, tc := range cases {
