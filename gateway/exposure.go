@@ -3,6 +3,7 @@ package gateway
 import (
 	"errors"
 	"net"
+	"net/netip"
 	"strconv"
 	"strings"
 )
@@ -70,6 +71,18 @@ func (s *Server) selfTarget(addr string) bool {
 		}
 	}
 	return false
+}
+
+// forbidSelf is the direct dialer's last check (DialConfig.Forbid), on the
+// address a target name resolved to: selfTarget on the name misses a name
+// that resolves to this machine (an /etc/hosts alias, a DNS record
+// pointing at 127.0.0.1), which would open the admin API, bound to
+// loopback without a token, to every client of rotor.
+func (s *Server) forbidSelf(ap netip.AddrPort) error {
+	if s.selfTarget(ap.String()) {
+		return errSelfTarget
+	}
+	return nil
 }
 
 // isLocalIP reports whether ip is assigned to an interface of this machine

@@ -10,10 +10,12 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -26,6 +28,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/rotor-proxy/rotor/upstream"
 	"github.com/rotor-proxy/rotor/upstream/upstreamtest"
 )
 
@@ -1227,5 +1230,31 @@ func TestHardenSlowRequestBody(t *testing.T) {
 	if !closed {
 		t.Errorf("a request body stalled after 10 of 100 bytes held the connection for %v (handshake deadline %v)",
 			time.Since(start).Round(time.Millisecond), leakHandshake)
+	}
+}
+
+// TestHardenForbidSelfByAddress: the direct dialer's last check refuses
+// rotor's own listeners by the address a name resolved to (a name that
+// selfTarget cannot know points here, e.g. an /etc/hosts alias), and only
+// them.
+func TestHardenForbidSelfByAddress(t *testing.T) {
+	srv, _ := startGateway(t, "allow_private_destinations = true\n"+listenConf("")+
+		"[pool]\nstart_eligible = true\n[[upstream]]\nurl = \"direct://\"\nname = \"direct\"\n")
+	other := newCountingListener(t)
+	for _, front := range []string{"socks5", "http", "admin"} {
+		ap := netip.MustParseAddrPort(srv.Addr(front))
+		for _, a := range []netip.AddrPort{ap, netip.AddrPortFrom(netip.MustParseAddr("127.0.0.2"), ap.Port()), netip.AddrPortFrom(netip.IPv6Loopback(), ap.Port())} {
+			if err := srv.forbidSelf(a); err == nil {
+				t.Errorf("%s listener at %v: the direct dialer would connect", front, a)
+			}
+		}
+	}
+	if err := srv.forbidSelf(netip.MustParseAddrPort(other.ln.Addr().String())); err != nil {
+		t.Errorf("another loopback port refused: %v", err)
+	}
+	// End to end: the direct upstream's dialer carries the check.
+	_, err := srv.Pool().Lookup("direct").DialContext(t.Context(), "tcp", srv.Addr("admin"))
+	if !errors.Is(err, upstream.ErrDestinationForbidden) {
+		t.Errorf("direct dial of the admin listener: %v, want ErrDestinationForbidden", err)
 	}
 }

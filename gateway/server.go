@@ -102,7 +102,8 @@ func New(cfg *Config, opt Options) (*Server, error) {
 		}
 		return nil, err
 	}
-	dial := upstream.DialConfig{AllowPrivate: cfg.AllowPrivateDestinations, TLS: opt.UpstreamTLS, KeepAlive: dialKeepAlive}
+	dial := upstream.DialConfig{AllowPrivate: cfg.AllowPrivateDestinations, TLS: opt.UpstreamTLS, KeepAlive: dialKeepAlive,
+		Forbid: s.forbidSelf}
 	pool, err := upstream.NewPool(cfg.Pool, dial, s.tr, clock, opt.Log)
 	if err != nil {
 		return fail(err)

@@ -42,6 +42,12 @@ type DialConfig struct {
 	// SOCKS5Pipeline is Spec.Pipeline for one socks5 upstream; NewDialer
 	// refuses it for other schemes.
 	SOCKS5Pipeline bool `toml:"-"`
+	// Forbid (optional) is asked by the direct dialer about the address a
+	// target resolved to, right before connecting, whatever AllowPrivate
+	// says: the gateway refuses its own listeners there, which a check of
+	// the name alone misses (an /etc/hosts alias, DNS pointing at 127.0.0.1).
+	// A non-nil error refuses the destination (ErrDestinationForbidden).
+	Forbid func(netip.AddrPort) error `toml:"-"`
 }
 
 // checkTargetHost refuses a target host that cannot be put into a proxy

@@ -53,9 +53,9 @@ func (d *directDialer) DialContext(ctx context.Context, network, addr string) (n
 		return nil, err
 	}
 	nd := net.Dialer{Timeout: d.cfg.ConnectTimeout, KeepAlive: d.cfg.KeepAlive}
-	if !d.cfg.AllowPrivate {
+	if !d.cfg.AllowPrivate || d.cfg.Forbid != nil {
 		nd.ControlContext = func(_ context.Context, _, address string, _ syscall.RawConn) error {
-			return checkDestination(address)
+			return checkDestination(address, !d.cfg.AllowPrivate, d.cfg.Forbid)
 		}
 	}
 	c, err := nd.DialContext(ctx, network, addr)
@@ -82,14 +82,20 @@ func directClass(err error) health.Class {
 }
 
 // checkDestination enforces the direct dialer's policy on a resolved
-// "ip:port".
-func checkDestination(address string) error {
+// "ip:port": public addresses only when publicOnly, and forbid's verdict.
+func checkDestination(address string, publicOnly bool, forbid func(netip.AddrPort) error) error {
 	ap, err := netip.ParseAddrPort(address)
 	if err != nil {
 		return fmt.Errorf("%w: unparsable address %q", ErrDestinationForbidden, address)
 	}
-	if ip := ap.Addr().Unmap(); forbiddenAddr(ip) {
+	ap = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+	if ip := ap.Addr(); publicOnly && forbiddenAddr(ip) {
 		return fmt.Errorf("%w: %s is not a public address", ErrDestinationForbidden, ip)
+	}
+	if forbid != nil {
+		if err := forbid(ap); err != nil {
+			return fmt.Errorf("%w: %s: %v", ErrDestinationForbidden, ap, err)
+		}
 	}
 	return nil
 }

@@ -84,6 +84,47 @@ func TestDirectPolicy(t *testing.T) {
 	}
 }
 
+// TestDirectForbidSeesResolvedAddress: DialConfig.Forbid judges the
+// address a name resolved to, even with AllowPrivate (the gateway refuses
+// its own listeners so, whatever name points at them), before anything is
+// sent; other ports are not affected.
+func TestDirectForbidSeesResolvedAddress(t *testing.T) {
+	guarded := upstreamtest.NewTarget(t)
+	other := upstreamtest.NewTarget(t)
+	_, gport, _ := net.SplitHostPort(guarded.Addr())
+	_, oport, _ := net.SplitHostPort(other.Addr())
+	var asked []netip.AddrPort
+	cfg := testCfg()
+	cfg.Forbid = func(ap netip.AddrPort) error {
+		asked = append(asked, ap)
+		if ap.Addr().IsLoopback() && ap.Port() == netip.MustParseAddrPort(guarded.Addr()).Port() {
+			return errors.New("rotor's own listener")
+		}
+		return nil
+	}
+	d := mustDialer(t, mustURL(t, "direct://"), cfg)
+	for _, addr := range []string{guarded.Addr(), "localhost:" + gport} {
+		_, err := dial(t, d, addr)
+		wantFailure(t, err, health.TargetUnreachable, health.StageTargetConnect)
+		if !errors.Is(err, ErrDestinationForbidden) {
+			t.Fatalf("%s: err = %v, want ErrDestinationForbidden", addr, err)
+		}
+	}
+	if n := guarded.Requests(); n != 0 {
+		t.Fatalf("the guarded target saw %d requests", n)
+	}
+	c, err := dial(t, d, "localhost:"+oport)
+	if err != nil {
+		t.Fatalf("another port: %v", err)
+	}
+	c.Close()
+	for _, ap := range asked {
+		if !ap.Addr().IsLoopback() || ap.Addr().Is4In6() {
+			t.Errorf("Forbid was asked about %v, want resolved, unmapped loopback addresses", ap)
+		}
+	}
+}
+
 func TestForbiddenAddr(t *testing.T) {
 	tests := map[string]bool{
 		"127.0.0.1": true, "127.9.9.9": true, "::1": true,
@@ -98,12 +139,12 @@ func TestForbiddenAddr(t *testing.T) {
 		if got := forbiddenAddr(ip.Unmap()); got != want {
 			t.Errorf("forbiddenAddr(%s) = %v, want %v", s, got, want)
 		}
-		err := checkDestination(netip.AddrPortFrom(ip, 80).String())
+		err := checkDestination(netip.AddrPortFrom(ip, 80).String(), true, nil)
 		if got := errors.Is(err, ErrDestinationForbidden); got != want {
 			t.Errorf("checkDestination(%s) = %v, want forbidden=%v", s, err, want)
 		}
 	}
-	if !errors.Is(checkDestination("garbage"), ErrDestinationForbidden) {
+	if !errors.Is(checkDestination("garbage", true, nil), ErrDestinationForbidden) {
 		t.Error("unparsable address allowed")
 	}
 }

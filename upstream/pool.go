@@ -202,10 +202,8 @@ func (p *Pool) SetConfig(cfg PoolConfig) error {
 	p.sessions.setTTL(cfg.SessionTTL)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	dial := p.dialCfg
-	dial.ConnectTimeout, dial.HandshakeTimeout = cfg.ConnectTimeout, cfg.HandshakeTimeout
-	if dial != p.dialCfg {
-		p.dialCfg = dial
+	if p.dialCfg.ConnectTimeout != cfg.ConnectTimeout || p.dialCfg.HandshakeTimeout != cfg.HandshakeTimeout {
+		p.dialCfg.ConnectTimeout, p.dialCfg.HandshakeTimeout = cfg.ConnectTimeout, cfg.HandshakeTimeout
 		p.dialGen++ // every endpoint gets a new dialer at the next Update
 	}
 	return nil
