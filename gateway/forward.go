@@ -117,6 +117,11 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 		out = r.Clone(ctx) // deep-copies the header too
 		out.RequestURI = ""
 		removeHop(out.Header)
+		if _, ok := out.Header["User-Agent"]; !ok {
+			// The Transport would add Go-http-client/1.1: a fingerprint
+			// the client did not send. An empty value sends none.
+			out.Header["User-Agent"] = []string{""}
+		}
 		out.Close = false
 		// The client's trailer fields are not forwarded (a recipient that
 		// removes the chunked coding may discard them, RFC 9112 section

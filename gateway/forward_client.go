@@ -240,11 +240,9 @@ func (fc *fwdClient) writeRequest(w *bufio.Writer, x *fwdExchange) {
 	w.WriteString(" HTTP/1.1\r\nHost: ")
 	w.WriteString(r.Host)
 	w.WriteString("\r\n")
-	// net/http sends its own User-Agent when the client sent none and
-	// none when the client sent an empty one; so does rotor.
-	if ua, ok := r.Header["User-Agent"]; !ok {
-		w.WriteString("User-Agent: Go-http-client/1.1\r\n")
-	} else if len(ua) > 0 && ua[0] != "" {
+	// The client's User-Agent goes on as sent, and none when it sent none
+	// (net/http would add Go-http-client/1.1, a fingerprint of rotor).
+	if ua := r.Header["User-Agent"]; len(ua) > 0 && ua[0] != "" {
 		writeHeaderLine(w, "User-Agent", ua[0])
 	}
 	conn := r.Header["Connection"]

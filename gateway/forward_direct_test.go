@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bufio"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -60,6 +61,44 @@ func TestForwardDirectSlowIsTargetScoped(t *testing.T) {
 					t.Errorf("per-host cooldown for %q, want the slow target's host", h)
 				}
 			})
+		}
+	}
+}
+
+// TestForwardAddsNoUserAgent: a request without User-Agent reaches the
+// target without one on both forwarding paths (net/http would add
+// Go-http-client/1.1, a fingerprint the scraper did not send); one the
+// client sent goes on unchanged.
+func TestForwardAddsNoUserAgent(t *testing.T) {
+	rt := newRawTarget(t, func(c net.Conn, br *bufio.Reader, rt *rawTarget) {
+		if _, err := rt.readHead(br); err != nil {
+			return
+		}
+		_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+	})
+	srv := directGateway(t)
+	for _, method := range forwardMethods {
+		for _, ua := range []string{"", "scraper/1.0"} {
+			c, br := h1Dial(t, srv)
+			hdr := ""
+			if ua != "" {
+				hdr = "User-Agent: " + ua + "\r\n"
+			}
+			fmt.Fprintf(c, "%s http://%s/ HTTP/1.1\r\nHost: %s\r\n%sContent-Length: 0\r\n\r\n", method, rt.Addr(), rt.Addr(), hdr)
+			resp, err := http.ReadResponse(br, &http.Request{Method: method})
+			if err != nil || resp.StatusCode != http.StatusOK {
+				t.Fatalf("%s: %v %v", method, resp, err)
+			}
+			head := <-rt.heads
+			got := ""
+			for _, line := range strings.Split(head, "\r\n") {
+				if k, v, ok := strings.Cut(line, ":"); ok && strings.EqualFold(k, "User-Agent") {
+					got = strings.TrimSpace(v)
+				}
+			}
+			if got != ua {
+				t.Errorf("%s with User-Agent %q: the target got %q", method, ua, got)
+			}
 		}
 	}
 }
