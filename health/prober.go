@@ -261,6 +261,7 @@ func (t *Tracker) runProbe(ctx context.Context, p *probeSpec, q queued, d Dialer
 	r.lastProbe = wall(now)
 	if err == nil {
 		r.probesOK++
+		r.lastProbeOK.Store(r.lastProbe.UnixNano())
 	} else {
 		r.probesFailed++
 	}

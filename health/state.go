@@ -28,6 +28,7 @@ type Record struct {
 
 	successes   atomic.Uint64 // independent counter
 	lastSuccess atomic.Int64  // wall clock, Unix nanoseconds; 0 = never
+	lastProbeOK atomic.Int64  // wall clock of the last passing probe, Unix nanoseconds; 0 = never
 
 	mu sync.Mutex
 	// mu guards the fields below.
@@ -239,10 +240,11 @@ func (t *Tracker) success(r *Record, now time.Time) {
 	}
 }
 
-// SuccessTarget is Success for a tunnel that reached target host (without
-// port). Besides counting, it lets the target-failure rule know that r
-// reaches host (see Fail), and it restarts the cooldown streak of an
-// expired per-target cooldown for host.
+// SuccessTarget is Success for a tunnel that reached target (host:port;
+// a bare host counts for no port). Besides counting, it lets the
+// target-failure rule know that r reaches that host:port (see Fail), and
+// it restarts the cooldown streak of an expired per-target cooldown for
+// its host.
 func (t *Tracker) SuccessTarget(r *Record, host string) {
 	now := t.clock.Now()
 	t.success(r, now)

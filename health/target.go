@@ -202,10 +202,11 @@ func (t *Tracker) targetRule(s *settings, r *Record, now time.Time, target strin
 }
 
 // SucceededWithin reports whether r reported a success (Success,
-// SuccessTarget) within d before now: the upstream proved alive lately.
+// SuccessTarget) or passed a probe within d before now: the upstream
+// proved alive lately.
 // Lock-free.
 func (t *Tracker) SucceededWithin(r *Record, d time.Duration) bool {
-	ns := r.lastSuccess.Load()
+	ns := max(r.lastSuccess.Load(), r.lastProbeOK.Load()) // a passing probe went through it too
 	return ns != 0 && wall(t.clock.Now()).Sub(time.Unix(0, ns)) < d
 }
 

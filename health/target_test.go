@@ -438,6 +438,22 @@ func TestSucceededWithin(t *testing.T) {
 	if tr.SucceededWithin(r, time.Minute) {
 		t.Fatal("a success a minute ago is within a minute")
 	}
+
+	// A passing probe proves the upstream alive too; a failing one does not.
+	p, _ := newFakeTracker(t, Config{Probe: ProbeConfig{URL: testProbeURL}})
+	up := &pipeUpstream{}
+	up.status.Store(502)
+	r = p.Add("p", "up", up, false)
+	drive(t, p)
+	if p.SucceededWithin(r, time.Minute) {
+		t.Fatal("a failed probe counts as proof of life")
+	}
+	p.Enable(r)
+	up.status.Store(200)
+	drive(t, p)
+	if st := p.Snapshot(r).State; st != Eligible || !p.SucceededWithin(r, time.Minute) {
+		t.Fatalf("after a passing probe: %v, succeeded within a minute = false", st)
+	}
 }
 
 func TestTargetHost(t *testing.T) {

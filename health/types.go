@@ -197,8 +197,9 @@ func AllStates() []State { return []State{Eligible, Cooling, ProbeAllowed, Disab
 type Failure struct {
 	Class Class
 	Stage Stage
-	// Target is the host (without port) the attempt was for, when known.
-	// Per-target scoped cooldowns and the target-failure rule key on it.
+	// Target is the host:port (or host) the attempt was for, when known.
+	// Per-target scoped cooldowns key on its host; the target-failure
+	// rule counts only host:port targets another upstream reached.
 	Target string
 	// Scope ScopeTarget marks a refusal of this one destination by the
 	// upstream's own policy (CONNECT answered 403, SOCKS5 reply 2): the
