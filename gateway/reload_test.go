@@ -155,3 +155,25 @@ func TestReloadStateFileNeedsRestart(t *testing.T) {
 		t.Error("records written to the new state file before a restart")
 	}
 }
+
+// TestReloadConnectionLimitsNeedRestart: connection caps are built with
+// the server; a reload that changes them says they wait for a restart
+// instead of ignoring them silently.
+func TestReloadConnectionLimitsNeedRestart(t *testing.T) {
+	conf := func(max int) string {
+		return fmt.Sprintf("[listen]\nsocks5 = \"127.0.0.1:0\"\nhttp = \"\"\nadmin = \"\"\nmax_connections = %d\n[[upstream]]\nurl = \"direct://\"\nname = \"direct\"\n", max)
+	}
+	srv, logs := newGateway(t, "limits.toml", conf(100))
+	for _, max := range []int{100, 200} {
+		next, err := ParseConfig("limits.toml", []byte(conf(max)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := srv.Reload(next); err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Count(logs.String(), "max_connections_per_ip changed"); got != max/100-1 {
+			t.Errorf("after a reload to max_connections = %d: %d restart notices, want %d", max, got, max/100-1)
+		}
+	}
+}

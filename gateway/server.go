@@ -391,6 +391,9 @@ func (s *Server) Reload(cfg *Config) error {
 	if old.Cluster != cfg.Cluster {
 		s.log.Warn().Msg("reload: [cluster] changed; it takes effect after a restart")
 	}
+	if old.Listen.MaxConnections != cfg.Listen.MaxConnections || old.Listen.MaxConnectionsPerIP != cfg.Listen.MaxConnectionsPerIP {
+		s.log.Warn().Msg("reload: listen.max_connections / max_connections_per_ip changed; they take effect after a restart")
+	}
 	if old.StateFile != cfg.StateFile {
 		// The writer keeps the path it restored from: switching files under
 		// it would mean restoring a second file into live records.
