@@ -162,14 +162,14 @@ func (s *Server) serveSOCKS(c net.Conn, release func()) {
 	cfg := s.cfg.Load()
 	auth := s.auth.Load()
 	_ = c.SetDeadline(time.Now().Add(cfg.Listen.HandshakeTimeout))
-	greeting, err := readGreeting(c)
+	read, glen, err := readGreeting(c)
 	if err != nil {
 		_ = c.Close()
 		s.socksHandshakeFailed(id, c, err)
 		return
 	}
-	preferMethod(greeting, 0x02)
-	cc := &socksConn{Conn: c, pre: greeting, captured: append([]byte(nil), greeting...)}
+	preferMethod(read[:glen], 0x02)
+	cc := &socksConn{Conn: c, pre: read, captured: append([]byte(nil), read...)}
 	var user string
 	userPass := false // the client authenticated with RFC 1929 (maybe with an empty name)
 	creds := credentialFunc(func(u, p string) bool {
@@ -220,21 +220,32 @@ func (s *Server) socksHandshakeFailed(id uint64, c net.Conn, err error) {
 
 // readGreeting reads a SOCKS5 greeting in full: VER, NMETHODS, then
 // exactly NMETHODS bytes (RFC 1928 section 3), however the client's bytes
-// are segmented. With a version other than 5 it returns the two bytes read
-// and leaves the verdict to go-socks5.
-func readGreeting(r io.Reader) ([]byte, error) {
-	b := make([]byte, 2, 2+255)
-	if _, err := io.ReadFull(r, b); err != nil {
-		return nil, err
+// are segmented. It returns what it read, which may run past the greeting
+// (a client that pipelines its auth and request: one read usually gets it
+// all), and the greeting's length. With a version other than 5 it stops
+// after two bytes and leaves the verdict to go-socks5.
+func readGreeting(r io.Reader) ([]byte, int, error) {
+	b := make([]byte, 0, 512)
+	for need := 2; len(b) < need; {
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if len(b) >= 2 {
+			if b[0] != 5 {
+				return b, 2, nil
+			}
+			need = 2 + int(b[1])
+		}
+		if len(b) >= need {
+			return b, need, nil
+		}
+		if err != nil {
+			if len(b) > 0 {
+				return nil, 0, fmt.Errorf("read greeting: %w", err)
+			}
+			return nil, 0, err
+		}
 	}
-	if b[0] != 5 {
-		return b, nil
-	}
-	b = b[:2+int(b[1])]
-	if _, err := io.ReadFull(r, b[2:]); err != nil {
-		return nil, fmt.Errorf("read greeting: %w", err)
-	}
-	return b, nil
+	return b, 2 + int(b[1]), nil
 }
 
 // errBadTarget answers a SOCKS5 request whose domain name is neither a DNS
