@@ -64,6 +64,12 @@ type Cluster struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // subscriber, sync loop, lease renewers
 
+	// applyMu makes consider's version check and the apply one step:
+	// records arrive on several goroutines (messages, pulls, the results
+	// of concurrent writes), and two that passed the check in version
+	// order could otherwise apply out of it, leaving the older state.
+	applyMu sync.Mutex
+
 	mu sync.Mutex
 	// mu guards the fields below.
 	pending  map[string]health.RemoteState // local transitions not yet written, latest per key
@@ -279,6 +285,8 @@ func (c *Cluster) renew(lk string, stop <-chan struct{}) {
 // already applied, or a local transition of the same upstream is waiting
 // to be written (that write decides). force skips the version check.
 func (c *Cluster) consider(rec record, force bool) {
+	c.applyMu.Lock()
+	defer c.applyMu.Unlock()
 	c.mu.Lock()
 	if rec.Tok == c.tok {
 		c.seen[rec.Key] = max(c.seen[rec.Key], rec.V)
