@@ -8,6 +8,7 @@ package gateway
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"log"
@@ -49,10 +50,7 @@ func (s *Server) logTunnel(id uint64, front string, c net.Conn, user, target str
 	var f *health.Failure
 	switch {
 	case err != nil:
-		outcome = "failed"
-		if errors.Is(err, upstream.ErrNoEligible) {
-			outcome = "unavailable"
-		}
+		outcome = s.errOutcome(err)
 		errors.As(err, &f)
 	case res.Failure != nil:
 		outcome = "slow_body"
@@ -60,7 +58,7 @@ func (s *Server) logTunnel(id uint64, front string, c net.Conn, user, target str
 	}
 	s.metrics.tunnelDone(front, outcome)
 	ev := s.log.Info()
-	if outcome != "ok" {
+	if outcome != "ok" && outcome != "client_gone" {
 		ev = s.log.Warn()
 	}
 	client := ""
@@ -91,19 +89,31 @@ func (s *Server) logTunnel(id uint64, front string, c net.Conn, user, target str
 	ev.Msg("tunnel closed")
 }
 
+// errOutcome is the outcome of a tunnel or request that ended with err
+// before it was served: "unavailable" when nothing was eligible in time,
+// "client_gone" when the client left while rotor waited or dialled (its
+// own doing: logged at info, not as a failure; a dial cancelled by
+// shutdown is not that), else "failed".
+func (s *Server) errOutcome(err error) string {
+	switch {
+	case errors.Is(err, upstream.ErrNoEligible):
+		return "unavailable"
+	case errors.Is(err, context.Canceled) && s.ctx.Err() == nil:
+		return "client_gone"
+	}
+	return "failed"
+}
+
 // logForward writes the summary line of one forwarded plain-HTTP request.
 func (s *Server) logForward(id uint64, r *http.Request, user string, e *upstream.Endpoint, att *upstream.Attempts, err error, n int64, start time.Time) {
 	outcome := "ok"
 	if err != nil {
-		outcome = "failed"
-		if errors.Is(err, upstream.ErrNoEligible) {
-			outcome = "unavailable"
-		}
+		outcome = s.errOutcome(err)
 	}
 	s.metrics.tunnelDone("http_forward", outcome)
 	s.metrics.bytes(0, n)
 	ev := s.log.Info()
-	if err != nil {
+	if err != nil && outcome != "client_gone" {
 		ev = s.log.Warn()
 	}
 	ev = ev.Uint64("conn_id", id).Str("listener", "http").Str("client", r.RemoteAddr).Str("target", r.URL.Host).

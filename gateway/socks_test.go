@@ -166,6 +166,12 @@ func TestSOCKSClientGoneWhileDialling(t *testing.T) {
 		t.Errorf("after a departed client: state %v, failures %v, successes %d; want eligible, no outcome",
 			snap.State, snap.Counts, snap.Successes)
 	}
+	// Logged and counted as the client's leaving, not as a failure.
+	for _, line := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(line, `"tunnel closed"`) && (!strings.Contains(line, `"outcome":"client_gone"`) || !strings.Contains(line, `"level":"info"`)) {
+			t.Errorf("tunnel line %s, want outcome client_gone at info", line)
+		}
+	}
 }
 
 // TestSOCKSClientGoneWhileWaiting: a client that leaves while rotor waits
