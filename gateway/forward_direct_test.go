@@ -2,12 +2,14 @@ package gateway
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rotor-proxy/rotor/health"
 )
@@ -100,5 +102,70 @@ func TestForwardAddsNoUserAgent(t *testing.T) {
 				t.Errorf("%s with User-Agent %q: the target got %q", method, ua, got)
 			}
 		}
+	}
+}
+
+// TestForwardBodyIdleLimit: a client that stops sending a streamed
+// (chunked) request body is cut after the body idle limit (h1BodyIdle;
+// shortened here) instead of holding its connection and the upstream
+// exchange for ever; a body that keeps coming, however slowly overall, is
+// not. (Small bodies are buffered within listen.handshake_timeout.)
+func TestForwardBodyIdleLimit(t *testing.T) {
+	rt := newRawTarget(t, func(c net.Conn, br *bufio.Reader, rt *rawTarget) {
+		if _, err := rt.readHead(br); err != nil {
+			return
+		}
+		var got []byte
+		for { // a chunked body: size line, data, CRLF; ends at size 0
+			line, err := br.ReadString('\n')
+			if err != nil {
+				return
+			}
+			var n int
+			fmt.Sscanf(line, "%x", &n)
+			if n == 0 {
+				break
+			}
+			b := make([]byte, n+2)
+			if _, err := io.ReadFull(br, b); err != nil {
+				return
+			}
+			got = append(got, b[:n]...)
+		}
+		fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", len(got), got)
+	})
+	srv, _ := newGateway(t, "idle.toml", "allow_private_destinations = true\n"+listenConf("")+
+		"[pool]\nstart_eligible = true\n[[upstream]]\nurl = \"direct://\"\nname = \"up\"\n")
+	srv.h1.bodyIdle = 300 * time.Millisecond
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
+	head := fmt.Sprintf("POST http://%s/ HTTP/1.1\r\nHost: %s\r\nTransfer-Encoding: chunked\r\n\r\n", rt.Addr(), rt.Addr())
+
+	// Ten chunks, one every 100 ms: slower overall than the limit (and
+	// than handshake_timeout), never idle for it.
+	c, br := h1Dial(t, srv)
+	io.WriteString(c, head)
+	for i := range 10 {
+		time.Sleep(100 * time.Millisecond)
+		fmt.Fprintf(c, "1\r\n%d\r\n", i)
+	}
+	io.WriteString(c, "0\r\n\r\n")
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodPost})
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("a body that keeps coming: %v %v", resp, err)
+	}
+	if b, _ := io.ReadAll(resp.Body); string(b) != "0123456789" {
+		t.Errorf("the target got %q", b)
+	}
+
+	// One chunk, then silence: rotor ends the connection within a few limits.
+	c, _ = h1Dial(t, srv)
+	io.WriteString(c, head+"1\r\n0\r\n")
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.Copy(io.Discard, c); err != nil {
+		t.Errorf("a stopped body: the connection was not ended by rotor: %v", err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -50,6 +51,11 @@ const (
 	// that closes the connection with request bytes still unread, so the
 	// close does not reset the connection before the answer is read.
 	h1LingerClose = 500 * time.Millisecond
+	// h1BodyIdle bounds each wait for the next bytes of a request body
+	// (nginx's client_body_timeout is the same): a client that trickles
+	// or stops its body would otherwise hold its connection, goroutine
+	// and upstream exchange for ever.
+	h1BodyIdle = 60 * time.Second
 )
 
 // errHeaderTooLarge ends a request head longer than h1MaxHeader.
@@ -57,7 +63,8 @@ var errHeaderTooLarge = errors.New("request header too large")
 
 // h1Front tracks the HTTP front's connections for Shutdown.
 type h1Front struct {
-	handler http.Handler // proxyHandler
+	handler  http.Handler  // proxyHandler
+	bodyIdle time.Duration // h1BodyIdle; tests shorten it before serving
 
 	mu      sync.Mutex
 	conns   map[*h1Conn]struct{}
@@ -84,10 +91,12 @@ type h1Conn struct {
 }
 
 // headLimit is the reader under the connection's bufio.Reader: while a
-// request head is read it allows at most remain bytes.
+// request head is read it allows at most remain bytes; while a body is
+// read (idle > 0) each read must bring bytes within idle.
 type headLimit struct {
 	c      net.Conn
 	remain int64
+	idle   atomic.Int64 // a time.Duration; the body may be read on another goroutine (the Transport's)
 }
 
 func (l *headLimit) Read(p []byte) (int, error) {
@@ -96,6 +105,9 @@ func (l *headLimit) Read(p []byte) (int, error) {
 	}
 	if int64(len(p)) > l.remain {
 		p = p[:l.remain]
+	}
+	if d := time.Duration(l.idle.Load()); d > 0 {
+		_ = l.c.SetReadDeadline(time.Now().Add(d))
 	}
 	n, err := l.c.Read(p)
 	l.remain -= int64(n)
@@ -256,12 +268,16 @@ func (hc *h1Conn) serve() {
 			hc.readError(err, tooLarge)
 			return
 		}
-		// The handler reads a body without rotor's deadlines; a CONNECT
-		// clears them itself, and nothing else reads the client meanwhile.
+		// The handler reads a body with h1BodyIdle per read (headLimit)
+		// instead of the head's deadline; a CONNECT clears deadlines
+		// itself, and nothing else reads the client meanwhile.
 		if req.Body != http.NoBody {
 			_ = hc.c.SetReadDeadline(time.Time{})
+			hc.lr.idle.Store(int64(s.h1.bodyIdle))
 		}
-		if !hc.serveRequest(req) {
+		ok := hc.serveRequest(req)
+		hc.lr.idle.Store(0)
+		if !ok {
 			return
 		}
 	}
@@ -706,7 +722,16 @@ func (w *h1Writer) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 }
 
 // SetReadDeadline and SetWriteDeadline serve http.ResponseController.
-func (w *h1Writer) SetReadDeadline(t time.Time) error  { return w.hc.c.SetReadDeadline(t) }
+// A handler's own read deadline replaces the body idle limit until it
+// clears it (forward.go bounds a small body's whole read so).
+func (w *h1Writer) SetReadDeadline(t time.Time) error {
+	idle := time.Duration(0)
+	if t.IsZero() {
+		idle = w.hc.s.h1.bodyIdle
+	}
+	w.hc.lr.idle.Store(int64(idle))
+	return w.hc.c.SetReadDeadline(t)
+}
 func (w *h1Writer) SetWriteDeadline(t time.Time) error { return w.hc.c.SetWriteDeadline(t) }
 
 // hasToken reports whether header field name of h lists token

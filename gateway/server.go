@@ -84,6 +84,7 @@ func New(cfg *Config, opt Options) (*Server, error) {
 		clock = health.RealClock()
 	}
 	s := &Server{log: opt.Log, clock: clock, listeners: map[string]net.Listener{}, runRecord: opt.RunRecord}
+	s.h1.bodyIdle = h1BodyIdle
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.tr = health.NewTracker(trackerConfig(cfg), clock, opt.Log)
 	if cfg.Cluster.Enabled() {
