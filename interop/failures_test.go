@@ -317,16 +317,7 @@ func TestTargetFailureScope(t *testing.T) {
 				if err != nil {
 					t.Fatalf("no IPv6 loopback: %v", err)
 				}
-				t.Cleanup(func() { ln.Close() })
-				go func() { // owner: this case; ends when ln closes
-					for {
-						c, err := ln.Accept()
-						if err != nil {
-							return
-						}
-						c.Close()
-					}
-				}()
+				acceptAndClose(t, ln)
 				r := rotorFor(t)
 				port := ln.Addr().(*net.TCPAddr).Port
 				rep, err := socksRequest(r.SOCKS, 4, net.IPv6loopback, port)
@@ -363,16 +354,7 @@ func TestTargetFailureScope(t *testing.T) {
 					if err != nil {
 						t.Fatalf("listen: %v", err)
 					}
-					t.Cleanup(func() { ln.Close() })
-					go func() { // owner: this case; ends when ln closes
-						for {
-							c, err := ln.Accept()
-							if err != nil {
-								return
-							}
-							c.Close()
-						}
-					}()
+					acceptAndClose(t, ln)
 				}
 				closed := freePort(t)
 				r := startRotor(t, rotorOpts{
@@ -555,4 +537,19 @@ func startSquidSafePorts(t *testing.T) *upstreamSrv {
 	writeFile(t, confPath, strict, 0o644)
 	u.start()
 	return u
+}
+
+// acceptAndClose makes ln an open port that accepts and at once closes
+// every connection, until the test ends (its goroutine ends when ln closes).
+func acceptAndClose(t *testing.T, ln net.Listener) {
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
 }
