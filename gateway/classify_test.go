@@ -51,8 +51,11 @@ func TestClassifiedFailures(t *testing.T) {
 			want{class: health.UpstreamError, stage: health.StageProxyHandshake, cools: true, socks: repGeneralFailure}},
 		{"http garbage", "http", upstreamtest.Mode{Fault: upstreamtest.Garbage}, "", "/ok",
 			want{class: health.UpstreamError, stage: health.StageProxyHandshake, cools: true, status: 502, connect: true}},
+		// REP 1 after a good greeting: the proxy is alive and could not
+		// do this one request (microsocks for a name that does not
+		// resolve): scoped to the host, the client hears REP 1.
 		{"socks5 general failure", "socks5", upstreamtest.Mode{Fault: upstreamtest.Reply, Code: 1}, "", "/ok",
-			want{class: health.UpstreamError, cools: true, socks: repGeneralFailure}},
+			want{class: health.UpstreamError, stage: health.StageTargetConnect, cools: false, socks: repGeneralFailure}},
 		{"socks5 target refused", "socks5", upstreamtest.Mode{Fault: upstreamtest.Reply, Code: 5}, "", "/ok",
 			want{class: health.TargetUnreachable, stage: health.StageTargetConnect, cools: false, socks: repConnRefused}},
 		{"socks5 host unreachable", "socks5", upstreamtest.Mode{Fault: upstreamtest.Reply, Code: 4}, "", "/ok",

@@ -93,6 +93,10 @@ func explain(err error) clientFailure {
 			// target through IPv4-only proxies); the client chose it.
 			cf.SOCKS = repAddrNotSupported
 			cf.Reason = fmt.Sprintf("every attempt failed (%d); last: upstream %s cannot reach this address type", n, name)
+		case repGeneralFailure:
+			// A live SOCKS5 upstream could not do this one request
+			// (microsocks: the name does not resolve).
+			cf.Reason = fmt.Sprintf("every attempt failed (%d); last: upstream %s answered general failure for this destination", n, name)
 		case repNotAllowed:
 			// The last upstream refused this destination by policy
 			// (CONNECT 403, SOCKS5 reply 2): say so, as a proxy would.

@@ -413,3 +413,62 @@ func TestLeaseFailFilesHostPort(t *testing.T) {
 		}
 	}
 }
+
+// TestDialGeneralFailureScoped: a SOCKS5 upstream that answers REP 1 to
+// CONNECT after a good greeting (microsocks for a name that does not
+// resolve, gost for a failed connect) cools for that host only and the
+// next upstream is tried; the client gets the upstream's own REP 1. One
+// that answers REP 1 for host:ports other upstreams reach still cools
+// entirely. Issue: every dead domain a scraper asked for cooled each
+// upstream it was tried on, as upstream_error.
+func TestDialGeneralFailureScoped(t *testing.T) {
+	target := upstreamtest.NewTarget(t)
+	_, port, _ := net.SplitHostPort(target.Addr())
+	micro := upstreamtest.NewSOCKS5(t, upstreamtest.Options{Mode: upstreamtest.Mode{Fault: upstreamtest.Reply, Code: 1}})
+	good := upstreamtest.NewSOCKS5(t, upstreamtest.Options{})
+	p, tr := dialPool(t, time.Second, fakeSpec("micro", micro, "both", "alone"), fakeSpec("good", good, "both", "good"))
+	ctx := context.Background()
+
+	// A dead name: micro answers REP 1, good would too (here it connects).
+	l, err := p.Dial(ctx, Request{Addr: "dead.example:" + port, Tags: []string{"both"}})
+	if err == nil {
+		l.Conn.Close()
+		l.Done()
+		if len(l.Attempts) > 0 && l.Attempts[0].Upstream != "micro" {
+			t.Fatalf("attempts before the success: %+v", l.Attempts)
+		}
+	}
+	// Until micro has been tried, rotate: round-robin may have picked good first.
+	for range 3 {
+		if s := snapshot(t, p, tr, "micro"); len(s.Targets) > 0 {
+			break
+		}
+		if l, err := p.Dial(ctx, Request{Addr: "dead.example:" + port, Tags: []string{"alone"}}); err == nil {
+			l.Conn.Close()
+			l.Done()
+			t.Fatal("micro connected")
+		} else if code, ok := RefusalReplyCode(err); code != 1 || !ok {
+			t.Errorf("RefusalReplyCode = %d, %v; want the upstream's own 1 (%v)", code, ok, err)
+		}
+	}
+	s := snapshot(t, p, tr, "micro")
+	if s.State != health.Eligible || len(s.Targets) != 1 || s.Targets[0].Host != "dead.example" {
+		t.Fatalf("micro: %v %v/%v targets %+v, want eligible and cooling for dead.example only", s.State, s.Reason, s.Stage, s.Targets)
+	}
+
+	// Hosts that good reaches: micro failing them is micro's own fault.
+	for _, h := range []string{"127.0.0.1", "localhost"} {
+		l, err := p.Dial(ctx, Request{Addr: net.JoinHostPort(h, port), Tags: []string{"good"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Conn.Close()
+		l.Done()
+	}
+	for _, h := range []string{"127.0.0.1", "localhost"} {
+		_, _ = p.Dial(ctx, Request{Addr: net.JoinHostPort(h, port), Tags: []string{"alone"}})
+	}
+	if s := snapshot(t, p, tr, "micro"); s.State != health.Cooling || s.Reason != health.UpstreamError {
+		t.Fatalf("an upstream answering REP 1 for host:ports others reach: %v %v, want cooling upstream_error", s.State, s.Reason)
+	}
+}

@@ -26,7 +26,7 @@ import (
 //	deadline / net.Error Timeout                    timeout             as given
 //	SOCKS5 method 0xFF (ErrNoAcceptableMethod)      auth_rejected       proxy_auth
 //	RFC 1929 status != 0 (*AuthStatusError)         auth_rejected       proxy_auth
-//	SOCKS5 REP 1 general failure                    upstream_error      target_connect
+//	SOCKS5 REP 1 general failure                    upstream_error      target_connect   (5)
 //	SOCKS5 REP 2 not allowed by ruleset             upstream_error      target_connect   (1)
 //	SOCKS5 REP 3/4/5 net/host unreachable, refused  target_unreachable  target_connect   (3)
 //	SOCKS5 REP 6 TTL expired                        target_timeout      target_connect
@@ -77,6 +77,15 @@ import (
 // chose the address type: the upstream cools for that host only (scope
 // target) without counting towards the target-failure rule, and another
 // upstream is tried; the client gets REP 8 if none can.
+//
+// (5) REP 1 answers CONNECT after the greeting and authentication went
+// through, so the proxy is alive and refused this one request. microsocks,
+// gost and many small SOCKS5 servers send it for a name that does not
+// resolve or a connect that failed, so it is scoped like (1): the upstream
+// cools for that host only and another upstream is tried; one that answers
+// REP 1 for several hosts that other upstreams reach cools entirely (the
+// target-failure rule), and a failing probe keeps it out. Before, every
+// dead domain a scraper asked for cooled each upstream it was tried on.
 //
 // (4) The client's request is at fault (a URL or method the proxy rejects,
 // ErrRequestRejected), like ErrInvalidTarget: the attempt loop reports
@@ -148,7 +157,7 @@ func Classify(err error, stage health.Stage) *health.Failure {
 	case errors.As(err, &re):
 		f := &health.Failure{Class: re.Class(), Stage: health.StageTargetConnect, Err: err}
 		switch re.Code {
-		case 2: // not allowed by ruleset: this destination, by policy
+		case 1, 2: // general failure (see (5)), not allowed by ruleset (see (1)): this destination
 			f.Scope = health.ScopeTarget
 		case 8: // address type not supported: the client chose it
 			f.Scope, f.Err = health.ScopeTarget, fmt.Errorf("%w: %w", ErrAddrType, err)
@@ -424,9 +433,10 @@ func TargetReplyCode(err error) (code byte, ok bool) {
 
 // RefusalReplyCode returns the SOCKS5 reply code for an upstream's refusal
 // of one destination (class upstream_error with scope target): 8 address
-// type not supported for ErrAddrType, else 2 connection not allowed by
-// ruleset (a policy refusal). ok is false for any other err, including
-// other failures scoped to their target (a slow body on direct).
+// type not supported for ErrAddrType, a SOCKS5 upstream's own code (1 or
+// 2), else 2 connection not allowed by ruleset (a policy refusal). ok is
+// false for any other err, including other failures scoped to their
+// target (a slow body on direct).
 func RefusalReplyCode(err error) (code byte, ok bool) {
 	var f *health.Failure
 	if !errors.As(err, &f) || f.Scope != health.ScopeTarget || f.Class != health.UpstreamError {
@@ -434,6 +444,10 @@ func RefusalReplyCode(err error) (code byte, ok bool) {
 	}
 	if errors.Is(err, ErrAddrType) {
 		return 8, true
+	}
+	var re *ReplyError
+	if errors.As(err, &re) {
+		return re.Code, true
 	}
 	return 2, true
 }

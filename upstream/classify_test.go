@@ -83,8 +83,9 @@ func TestClassify(t *testing.T) {
 		{"other", errors.New("boom"), health.StageDial, health.UpstreamError, health.StageDial},
 		{"existing failure", fmt.Errorf("wrapped: %w", existing), health.StageDial, health.SlowBody, health.StageBody},
 	}
-	// Policy refusals of one destination are scoped to it.
-	policy := map[string]bool{"rep 2": true, "rep 8": true, "403": true, "squid access denied": true}
+	// Policy refusals of one destination, and a live SOCKS5 proxy's
+	// general failure for one request, are scoped to it.
+	policy := map[string]bool{"rep 1": true, "rep 2": true, "rep 8": true, "403": true, "squid access denied": true}
 	// Answers that blame the client's request are reported to no record.
 	rejected := map[string]bool{"squid invalid url": true, "squid unsupported request": true}
 	for _, tt := range tests {
@@ -272,8 +273,11 @@ func TestForAddrType(t *testing.T) {
 	if code, ok := RefusalReplyCode(at(&ReplyError{Code: 2})); code != 2 || !ok {
 		t.Errorf("RefusalReplyCode(REP 2) = %d, %v; want 2", code, ok)
 	}
-	if _, ok := RefusalReplyCode(at(&ReplyError{Code: 1})); ok {
-		t.Error("RefusalReplyCode(REP 1) is a refusal")
+	if code, ok := RefusalReplyCode(at(&ReplyError{Code: 1})); code != 1 || !ok {
+		t.Errorf("RefusalReplyCode(REP 1) = %d, %v; want the upstream's own 1", code, ok)
+	}
+	if _, ok := RefusalReplyCode(at(&ReplyError{Code: 7})); ok {
+		t.Error("RefusalReplyCode(REP 7) is a refusal of one destination")
 	}
 	slow := &health.Failure{Class: health.SlowBody, Stage: health.StageFirstByte, Scope: health.ScopeTarget, Err: io.EOF}
 	if _, ok := RefusalReplyCode(slow); ok {
