@@ -93,11 +93,9 @@ func (s *Server) requireToken(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		if bearer, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
-			if equalSecret(strings.TrimSpace(bearer), token) {
-				next.ServeHTTP(w, r)
-				return
-			}
+		if bearer, ok := bearerToken(r.Header.Get("Authorization")); ok && equalSecret(bearer, token) {
+			next.ServeHTTP(w, r)
+			return
 		}
 		read := r.Method == http.MethodGet || r.Method == http.MethodHead
 		if read {
@@ -113,13 +111,33 @@ func (s *Server) requireToken(next http.Handler) http.Handler {
 					HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil,
 				})
 				w.Header().Set("Referrer-Policy", "no-referrer")
-				http.Redirect(w, r, "/", http.StatusSeeOther)
+				// Keep the rest of the query (a bookmarked ?state=cooling
+				// view); only the token leaves the address bar.
+				q := r.URL.Query()
+				q.Del("token")
+				to := "/"
+				if len(q) > 0 {
+					to += "?" + q.Encode()
+				}
+				http.Redirect(w, r, to, http.StatusSeeOther)
 				return
 			}
 		}
 		w.Header().Set("WWW-Authenticate", `Bearer realm="rotor admin"`)
 		writeError(w, http.StatusUnauthorized, "admin token required (Authorization: Bearer <token>)")
 	})
+}
+
+// bearerToken returns the token of an "Authorization: Bearer <token>"
+// header. The scheme is case-insensitive (RFC 9110 §11.1): "bearer x"
+// from a hand-written curl is as good as "Bearer x".
+func bearerToken(h string) (string, bool) {
+	scheme, tok, ok := strings.Cut(strings.TrimSpace(h), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	tok = strings.TrimSpace(tok)
+	return tok, tok != ""
 }
 
 // equalSecret compares in constant time. Hashing first makes the time

@@ -485,6 +485,21 @@ func TestAdminToken(t *testing.T) {
 	if code != http.StatusSeeOther || hdr.Get("Location") != "/" {
 		t.Fatalf("GET /?token=: %d Location %q, want 303 to /", code, hdr.Get("Location"))
 	}
+	// A bookmarked view keeps its filters; only the token leaves the URL.
+	if code, hdr, _ := f.do(t, "GET", "/?token=tok-s3cr3t&state=cooling", ""); code != http.StatusSeeOther || hdr.Get("Location") != "/?state=cooling" {
+		t.Errorf("GET /?token=&state=cooling: %d Location %q, want 303 to /?state=cooling", code, hdr.Get("Location"))
+	}
+	// The auth scheme is case-insensitive (RFC 9110 §11.1).
+	for _, h := range []string{"bearer tok-s3cr3t", "BEARER  tok-s3cr3t "} {
+		if code, _, _ := f.do(t, "GET", "/api/upstreams", "", "Authorization", h); code != http.StatusOK {
+			t.Errorf("GET with Authorization %q: %d, want 200", h, code)
+		}
+	}
+	for _, h := range []string{"Bearer", "Bearer ", "Basic tok-s3cr3t", "Bearertok-s3cr3t"} {
+		if code, _, _ := f.do(t, "GET", "/api/upstreams", "", "Authorization", h); code != http.StatusUnauthorized {
+			t.Errorf("GET with Authorization %q: %d, want 401", h, code)
+		}
+	}
 	cookie := hdr.Get("Set-Cookie")
 	if !strings.Contains(cookie, "HttpOnly") || !strings.Contains(cookie, "SameSite=Strict") || strings.Contains(cookie, "tok-s3cr3t") {
 		t.Errorf("Set-Cookie = %q: want HttpOnly, SameSite=Strict, no token", cookie)
