@@ -76,12 +76,14 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 	addr := forwardAddr(r.URL)
 	if s.selfTarget(addr) {
 		plainError(w, http.StatusForbidden, "forbidden", errSelfTarget.Error())
+		s.logForward(id, r, params.User, nil, nil, errSelfTarget, 0, start)
 		return
 	}
 	// A target no upstream could reach is the client's error, told
 	// before any upstream is picked (and blamed for it).
 	if msg := badTarget(addr); msg != "" {
 		plainError(w, http.StatusBadRequest, "bad_request", "invalid target "+strconv.Quote(addr)+": "+msg)
+		s.logForward(id, r, params.User, nil, nil, errBadTarget, 0, start)
 		return
 	}
 	ctx := r.Context()

@@ -10,6 +10,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -1256,5 +1257,64 @@ func TestHardenForbidSelfByAddress(t *testing.T) {
 	_, err := srv.Pool().Lookup("direct").DialContext(t.Context(), "tcp", srv.Addr("admin"))
 	if !errors.Is(err, upstream.ErrDestinationForbidden) {
 		t.Errorf("direct dial of the admin listener: %v, want ErrDestinationForbidden", err)
+	}
+}
+
+// TestHTTPFrontRefusalsLogged: what the HTTP front refuses before any
+// upstream is picked gets a line, as on the SOCKS5 front: a target that is
+// rotor itself or no valid host (the request's line, outcome failed), and
+// missing or wrong client credentials (debug, never the password).
+// Issue: 403 forbidden, 400 bad_request and 407 client_auth left no line
+// at any level.
+func TestHTTPFrontRefusalsLogged(t *testing.T) {
+	srv, logs := startGateway(t, "allow_private_destinations = true\n"+listenConf("")+
+		"[[client]]\nusername = \"scraper\"\npassword = \"pw-s3cr3t\"\n"+
+		"[pool]\nstart_eligible = true\n[[upstream]]\nurl = \"direct://\"\nname = \"direct\"\n")
+	front := srv.Addr("http")
+	send := func(req string) string {
+		t.Helper()
+		c, err := net.DialTimeout("tcp", front, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := c.Write([]byte(req)); err != nil {
+			t.Fatal(err)
+		}
+		line, _ := bufio.NewReader(c).ReadString('\n')
+		return strings.TrimSpace(line)
+	}
+	auth := "Proxy-Authorization: Basic " + base64.StdEncoding.EncodeToString([]byte("scraper:pw-s3cr3t")) + "\r\n"
+	wrong := "Proxy-Authorization: Basic " + base64.StdEncoding.EncodeToString([]byte("scraper:pw-wrong1")) + "\r\n"
+	admin := srv.Addr("admin")
+	cases := []struct {
+		name, req, status, log string
+	}{
+		{"no credentials", "GET http://127.0.0.1:1/ HTTP/1.1\r\nHost: 127.0.0.1:1\r\n\r\n", "407", `"err":"no credentials"`},
+		{"wrong credentials", "GET http://127.0.0.1:1/ HTTP/1.1\r\nHost: 127.0.0.1:1\r\n" + wrong + "\r\n", "407", `"err":"wrong credentials"`},
+		{"forward to rotor", "GET http://" + admin + "/ HTTP/1.1\r\nHost: " + admin + "\r\n" + auth + "\r\n", "403", `"target":"` + admin + `"`},
+		{"forward to port 0", "GET http://127.0.0.1:0/ HTTP/1.1\r\nHost: 127.0.0.1:0\r\n" + auth + "\r\n", "400", `"target":"127.0.0.1:0"`},
+		{"CONNECT to rotor", "CONNECT " + admin + " HTTP/1.1\r\nHost: " + admin + "\r\n" + auth + "\r\n", "403", `"err":"rotor does not proxy to its own listeners"`},
+		{"CONNECT to port 0", "CONNECT 127.0.0.1:0 HTTP/1.1\r\nHost: 127.0.0.1:0\r\n" + auth + "\r\n", "400", `"target":"\"127.0.0.1:0\""`},
+	}
+	for _, tc := range cases {
+		before := len(logs.String())
+		if got := send(tc.req); !strings.Contains(got, " "+tc.status+" ") {
+			t.Errorf("%s: %q, want %s", tc.name, got, tc.status)
+			continue
+		}
+		var line string
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			if line = logs.String()[before:]; strings.Contains(line, tc.log) {
+				break
+			}
+		}
+		if !strings.Contains(line, tc.log) {
+			t.Errorf("%s: no log line with %s; got %q", tc.name, tc.log, line)
+		}
+	}
+	if strings.Contains(logs.String(), "pw-s3cr3t") || strings.Contains(logs.String(), "pw-wrong1") {
+		t.Error("a client password reached the log")
 	}
 }

@@ -48,6 +48,15 @@ func (s *Server) proxyAuth(w http.ResponseWriter, r *http.Request) (userParams, 
 	}
 	w.Header().Set("Proxy-Authenticate", `Basic realm="rotor"`)
 	plainError(w, http.StatusProxyAuthRequired, "client_auth", "proxy authentication required")
+	// At debug, like the SOCKS5 front's failed logins: a client probing
+	// credentials must not fill the log. The password is never logged.
+	why := "no credentials"
+	if have {
+		why = "wrong credentials"
+	}
+	s.log.Debug().Str("listener", "http").Str("client", r.RemoteAddr).Str("user", params.User).
+		Str("err", why).Msg("proxy authentication required")
+	s.metrics.tunnelDone("http", "client_auth")
 	return params, false
 }
 
@@ -105,16 +114,20 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request, params use
 	start := time.Now()
 	id := s.connID.Add(1)
 	addr := r.Host
+	// Refusals get the tunnel's line, as on the SOCKS5 front.
 	if _, port, err := net.SplitHostPort(addr); err != nil || port == "" {
 		plainError(w, http.StatusBadRequest, "bad_request", "CONNECT needs host:port")
+		s.logTunnel(id, "http", nil, params.User, strconv.QuoteToASCII(addr), nil, errBadTarget, relayResult{}, start, r.RemoteAddr)
 		return
 	}
 	if s.selfTarget(addr) {
 		plainError(w, http.StatusForbidden, "forbidden", errSelfTarget.Error())
+		s.logTunnel(id, "http", nil, params.User, addr, nil, errSelfTarget, relayResult{}, start, r.RemoteAddr)
 		return
 	}
 	if msg := badTarget(addr); msg != "" {
 		plainError(w, http.StatusBadRequest, "bad_request", "invalid target "+strconv.Quote(addr)+": "+msg)
+		s.logTunnel(id, "http", nil, params.User, strconv.QuoteToASCII(addr), nil, errBadTarget, relayResult{}, start, r.RemoteAddr)
 		return
 	}
 	req := upstream.Request{Addr: addr, Tags: params.Tags, Session: params.Session}

@@ -118,7 +118,7 @@ func (s *Server) logForward(id uint64, r *http.Request, user string, e *upstream
 	}
 	ev = ev.Uint64("conn_id", id).Str("listener", "http").Str("client", r.RemoteAddr).Str("target", r.URL.Host).
 		Str("method", r.Method).Dur("dur", time.Since(start)).Str("outcome", outcome).
-		Int("attempts", len(att.List())+boolInt(e != nil)).Int64("bytes_down", n)
+		Int("attempts", attemptCount(att)+boolInt(e != nil)).Int64("bytes_down", n)
 	if user != "" {
 		ev = ev.Str("user", user)
 	}
@@ -133,6 +133,14 @@ func (s *Server) logForward(id uint64, r *http.Request, user string, e *upstream
 		ev = ev.Str("err", err.Error())
 	}
 	ev.Msg("request forwarded")
+}
+
+// attemptCount is the number of failed attempts in att (nil: none were made).
+func attemptCount(att *upstream.Attempts) int {
+	if att == nil {
+		return 0
+	}
+	return len(att.List())
 }
 
 func boolInt(b bool) int {
