@@ -75,7 +75,9 @@ func run(args []string, stdout, stderr io.Writer, notify notifyFunc) int {
 		defer lw.Close()
 		out = lw
 	case "console":
-		out = zerolog.ConsoleWriter{Out: stderr, TimeFormat: time.RFC3339}
+		// Colours only on a terminal: a log file, journald or docker logs
+		// would get the escape codes.
+		out = zerolog.ConsoleWriter{Out: stderr, TimeFormat: time.RFC3339, NoColor: !isTerminal(stderr)}
 	default:
 		fmt.Fprintf(stderr, "rotor: -log-format must be json or console, not %q\n", *logFormat)
 		return 2
@@ -220,4 +222,14 @@ func displayPath(cfg *gateway.Config) string {
 		return "built-in defaults"
 	}
 	return cfg.Path()
+}
+
+// isTerminal reports whether w is a character device (a terminal).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }

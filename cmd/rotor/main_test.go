@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -79,5 +80,41 @@ func TestBadFlags(t *testing.T) {
 		if code, _, errs := runCmd(t, "-log-level", bad, "-config", "/nonexistent.toml"); code != 2 || !strings.Contains(errs, "-log-level must be debug, info, warn or error") {
 			t.Errorf("-log-level %q: exit %d %q", bad, code, errs)
 		}
+	}
+}
+
+// TestConsoleLogNoColorInFiles: -log-format console writes no ANSI colour
+// codes when stderr is a file (log files, journald, docker logs). Issue:
+// every line carried escape codes such as ESC[90m.
+func TestConsoleLogNoColorInFiles(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "rotor.toml")
+	text := "[listen]\nsocks5 = \"" + busy.Addr().String() + "\"\nhttp = \"\"\nadmin = \"\"\n[[upstream]]\nurl = \"direct://\"\n"
+	if err := os.WriteFile(cfg, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Create(filepath.Join(dir, "stderr.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out bytes.Buffer
+	if code := run([]string{"-config", cfg, "-log-format", "console"}, &out, f, noSignals); code != 1 {
+		t.Fatalf("exit %d with its port taken, want 1", code)
+	}
+	logged, err := os.ReadFile(f.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(logged), "start failed") {
+		t.Fatalf("no start failure logged: %q", logged)
+	}
+	if strings.Contains(string(logged), "\x1b[") {
+		t.Errorf("console log in a file has colour codes: %q", logged)
 	}
 }
