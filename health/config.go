@@ -133,9 +133,9 @@ type ProbeConfig struct {
 	// URL is fetched through the upstream under test: http or https with a
 	// host. Empty means no probe: records whose cooldown ended (and new
 	// records) are re-admitted without one, with a warning logged once per
-	// Run. The gateway always configures one (its default points at an
-	// internal loopback target), so the empty case is for embedding and
-	// tests.
+	// Run. The gateway has no default URL (rotor cannot know a target
+	// every user's upstreams may reach, and must send nothing anywhere
+	// unasked); it warns at start and in -check when none is set.
 	URL string `toml:"url"`
 	// ExpectStatus lists the statuses that pass. Default [200].
 	ExpectStatus []int `toml:"expect_status"`

@@ -109,6 +109,9 @@ func run(args []string, stdout, stderr io.Writer, notify notifyFunc) int {
 			fmt.Fprintln(stderr, problems)
 			return 1
 		}
+		if cfg.Probe.URL == "" {
+			fmt.Fprintf(stderr, "%s: warning: no [probe] url: cooled upstreams are re-admitted when their cooldown ends, and new ones serve, without a probe\n", displayPath(cfg))
+		}
 		fmt.Fprintf(stdout, "%s: ok\n", displayPath(cfg))
 		return 0
 	}

@@ -64,7 +64,24 @@ func TestCheck(t *testing.T) {
 			if strings.Contains(out+errs, "secret-pw") {
 				t.Error("-check echoed a password")
 			}
+			// None of these configs sets [probe] url: a valid one says
+			// what that means.
+			if warned := strings.Contains(errs, "warning: no [probe] url"); warned != (tc.code == 0) {
+				t.Errorf("probe warning printed %v for exit %d: %q", warned, tc.code, errs)
+			}
 		})
+	}
+}
+
+// TestCheckProbeWarning: with [probe] url set, -check prints no warning.
+func TestCheckProbeWarning(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "probe.toml")
+	text := "[probe]\nurl = \"http://127.0.0.1:9/\"\n[[upstream]]\nurl = \"socks5://127.0.0.1:1080\"\n"
+	if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errs := runCmd(t, "-config", p, "-check"); code != 0 || errs != "" || !strings.Contains(out, "ok") {
+		t.Fatalf("-check: exit %d stdout %q stderr %q, want ok and nothing on stderr", code, out, errs)
 	}
 }
 
