@@ -410,16 +410,39 @@ const (
 	directDraws = 8
 )
 
-// roundRobin walks the set from an atomic cursor: one atomic add and one
-// admit per pick while the endpoint under the cursor is admitted.
+// roundRobin takes endpoints in turn from an atomic cursor: one atomic
+// add and one admit per pick while the endpoint under the cursor is
+// admitted. The cursor counts over the endpoints in (the roster) when
+// some are out, and moves on by itself past a refused one (tags, limits),
+// so every endpoint admitted gets the same share: walking on from a
+// refused one, as the fallback does, would hand the share of a run of
+// cooling endpoints to the one after it (2 of 5 in: 40/10 instead of
+// 25/25).
 type roundRobin struct{ cursor atomic.Uint64 }
 
 func (r *roundRobin) pick(s *set, a admitter) *Endpoint {
-	n := uint64(len(s.eps))
+	n := len(s.eps)
 	if n == 0 {
 		return nil
 	}
-	return walk(s, int((r.cursor.Add(1)-1)%n), a)
+	for range randomDraws {
+		c := r.cursor.Add(1) - 1
+		i := 0
+		switch in := s.ro.In(); {
+		case in >= n: // all in: the set's own order
+			i = int(c % uint64(n))
+		case in <= 0:
+			return walk(s, int(c%uint64(n)), a)
+		default:
+			if i = s.member(int(c % uint64(in))); i < 0 {
+				continue // the roster changed under the draw
+			}
+		}
+		if a.admit(s, i) {
+			return s.eps[i]
+		}
+	}
+	return walk(s, int(r.cursor.Load()%uint64(n)), a)
 }
 
 // randomPick draws uniformly among the endpoints in (math/rand/v2's

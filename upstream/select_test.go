@@ -41,6 +41,10 @@ func TestStrategyDistribution(t *testing.T) {
 		tol      float64        // relative; 0 means exact
 	}{
 		{"round-robin", []int{1, 1, 1, 1}, nil, map[string]int{"e0": 2000, "e1": 2000, "e2": 2000, "e3": 2000}, 0},
+		// The share of a run of out endpoints is not handed to the one
+		// after it (issue: 2 in of 5 got 40/10 of 50 picks).
+		{"round-robin", []int{1, 1, 1, 1, 1}, []string{"e1", "e2", "e3"}, map[string]int{"e0": 4000, "e4": 4000}, 0.01},
+		{"round-robin", []int{1, 1, 1, 1, 1, 1}, []string{"e0", "e2", "e3", "e4"}, map[string]int{"e1": 4000, "e5": 4000}, 0.01},
 		{"random", []int{1, 1, 1, 1}, nil, map[string]int{"e0": 2000, "e1": 2000, "e2": 2000, "e3": 2000}, 0.10},
 		// Binomial sd is about 39 picks at p=1/4: ±10% is over 5 sd.
 		{"weighted", []int{1, 3}, nil, map[string]int{"e0": 2000, "e1": 6000}, 0.10},
@@ -610,4 +614,34 @@ func namesOf(eps []*Endpoint) []string {
 		out[i] = e.Name
 	}
 	return out
+}
+
+// TestRoundRobinEvenWithTags: endpoints a tag leaves out do not hand
+// their turn to the next tagged one. Issue: with 2 of 5 tagged, one was
+// picked 3–5 times in a row.
+func TestRoundRobinEvenWithTags(t *testing.T) {
+	sp := make([]Spec, 5)
+	for i := range sp {
+		sp[i] = spec(fmt.Sprintf("e%d", i), 10000+i)
+	}
+	sp[0].Tags, sp[3].Tags = []string{"good"}, []string{"good"}
+	tp := newTestPool(t, PoolConfig{Strategy: "round-robin", WaitForUpstream: time.Millisecond}, nil, sp...)
+	got := map[string]int{}
+	last, run, longest := "", 0, 0
+	for range 1000 {
+		n := tp.use(t, Request{Addr: "example.com:443", Tags: []string{"good"}})
+		got[n]++
+		if n == last {
+			run++
+		} else {
+			last, run = n, 1
+		}
+		longest = max(longest, run)
+	}
+	if !within(got["e0"], 500, 0.05) || !within(got["e3"], 500, 0.05) || len(got) != 2 {
+		t.Errorf("picks %v, want e0 and e3 500 each", got)
+	}
+	if longest > 2 {
+		t.Errorf("the same endpoint %d times in a row", longest)
+	}
 }
