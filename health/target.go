@@ -122,6 +122,13 @@ func (t *Tracker) dropTargets(s *settings, r *Record, now time.Time) {
 }
 
 // targetCooling reports whether r is cooling for target's host now.
+// TargetCooling reports whether r is cooling for target's host only (a
+// per-target cooldown), whatever its own state. For explaining a refusal;
+// the pick path uses AdmitTarget.
+func (t *Tracker) TargetCooling(r *Record, target string) bool {
+	return r.ntargets.Load() > 0 && t.targetCooling(r, target)
+}
+
 func (t *Tracker) targetCooling(r *Record, target string) bool {
 	now := t.clock.Now()
 	r.mu.Lock()

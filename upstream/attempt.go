@@ -17,22 +17,35 @@ import (
 // pool.wait_for_upstream.
 var ErrNoEligible = errors.New("no eligible upstream")
 
-// NoEligibleError is the ErrNoEligible of a request restricted by tags: it
-// names the tags, so the client learns why (errors.Is(err, ErrNoEligible)
-// holds).
+// NoEligibleError is the ErrNoEligible of a request restricted by tags,
+// or to a host some upstreams are banned for: it says so, so the client
+// learns why (errors.Is(err, ErrNoEligible) holds).
 type NoEligibleError struct {
 	Tags []string
 	// Matching is how many endpoints of the set carry every tag (0: no
 	// upstream is configured with them, a likely typo).
 	Matching int
+	// Host is the target host; HostCooling how many of the matching
+	// endpoints are eligible but cooling for that host only (a ban a
+	// target_http_error, retry status or refusal of it started).
+	Host        string
+	HostCooling int
 }
 
 func (e *NoEligibleError) Error() string {
 	tags := strings.Join(e.Tags, ",")
-	if e.Matching == 0 {
+	if len(e.Tags) > 0 && e.Matching == 0 {
 		return "no eligible upstream: no upstream has tags " + tags
 	}
-	return fmt.Sprintf("no eligible upstream: none of the %d upstreams with tags %s is eligible", e.Matching, tags)
+	what := fmt.Sprintf("the %d upstreams", e.Matching)
+	if len(e.Tags) > 0 {
+		what += " with tags " + tags
+	}
+	if e.HostCooling > 0 {
+		return fmt.Sprintf("no eligible upstream for %s: %d of %s are cooling for this host only (it refused or banned them), the rest are out",
+			e.Host, e.HostCooling, what)
+	}
+	return fmt.Sprintf("no eligible upstream: none of %s is eligible", what)
 }
 
 // Is makes errors.Is(err, ErrNoEligible) true.
@@ -276,8 +289,8 @@ func (a *Attempts) Next(ctx context.Context) (*Endpoint, error) {
 			retry = p.clock.After(a.rateWait)
 		}
 		if err := p.wait(ctx, changed, freed, retry, a.waitTimer); err != nil {
-			if errors.Is(err, ErrNoEligible) && len(a.req.Tags) > 0 {
-				return nil, a.noEligible()
+			if errors.Is(err, ErrNoEligible) {
+				return nil, a.noEligible(err)
 			}
 			return nil, err
 		}
@@ -285,15 +298,25 @@ func (a *Attempts) Next(ctx context.Context) (*Endpoint, error) {
 	return nil, &AttemptsError{Attempts: a.list}
 }
 
-// noEligible explains an expired wait of a request with tags.
-func (a *Attempts) noEligible() error {
-	n := 0
+// noEligible explains an expired wait (err): the tags asked for, and the
+// upstreams that are only cooling for this host. Without either it
+// returns err. It walks the pool once, after the client waited.
+func (a *Attempts) noEligible(err error) error {
+	host := a.req.Host()
+	ne := &NoEligibleError{Tags: a.req.Tags, Host: host}
 	for _, e := range a.p.Endpoints() {
-		if e.HasTags(a.req.Tags) {
-			n++
+		if !e.HasTags(a.req.Tags) {
+			continue
+		}
+		ne.Matching++
+		if e.rec != nil && host != "" && a.p.tr.Eligible(e.rec) && a.p.tr.TargetCooling(e.rec, host) {
+			ne.HostCooling++
 		}
 	}
-	return &NoEligibleError{Tags: a.req.Tags, Matching: n}
+	if len(ne.Tags) == 0 && ne.HostCooling == 0 {
+		return err
+	}
+	return ne
 }
 
 // admit is the filter every strategy consults (see admitter), for

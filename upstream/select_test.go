@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -643,5 +644,38 @@ func TestRoundRobinEvenWithTags(t *testing.T) {
 	}
 	if longest > 2 {
 		t.Errorf("the same endpoint %d times in a row", longest)
+	}
+}
+
+// TestNoEligibleNamesHostBans: a client whose host every upstream is
+// banned for is told so, not only that nothing became eligible. Issue: for
+// a minute after one 429, every request to that host waited and got "no
+// upstream proxy became eligible" with no word of the ban.
+func TestNoEligibleNamesHostBans(t *testing.T) {
+	ban := &health.Failure{Class: health.TargetHTTPError, Stage: health.StageHTTPStatus, Target: "shop.example"}
+	tp := newTestPool(t, PoolConfig{WaitForUpstream: time.Millisecond}, nil, spec("e0", 10000), spec("e1", 10001), spec("e2", 10002))
+	tp.disable(t, "e2")
+	for _, n := range []string{"e0", "e1"} {
+		tp.Report(tp.Lookup(n), ban)
+	}
+	_, err := tp.NewAttempts(Request{Addr: "shop.example:443"}).Next(t.Context())
+	var ne *NoEligibleError
+	if !errors.As(err, &ne) || !errors.Is(err, ErrNoEligible) {
+		t.Fatalf("err = %v, want a *NoEligibleError", err)
+	}
+	if want := "no eligible upstream for shop.example: 2 of the 3 upstreams are cooling for this host only"; !strings.Contains(err.Error(), want) {
+		t.Errorf("err = %q, want it to say %q", err, want)
+	}
+	// Another host: the plain error, nothing about bans.
+	e, err := tp.NewAttempts(Request{Addr: "news.example:443"}).Next(t.Context())
+	if err != nil {
+		t.Fatalf("news.example: %v", err)
+	}
+	tp.Release(e)
+	tp.disable(t, "e0")
+	tp.disable(t, "e1")
+	_, err = tp.NewAttempts(Request{Addr: "news.example:443"}).Next(t.Context())
+	if !errors.Is(err, ErrNoEligible) || strings.Contains(err.Error(), "cooling for this host") {
+		t.Errorf("all disabled: %v", err)
 	}
 }
