@@ -210,10 +210,12 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 			}
 			continue
 		}
-		att.Succeeded(e)
 		if slices.Contains(cfg.TargetHTTPError.Statuses, resp.StatusCode) {
+			att.Answered(e)
 			s.pool.Report(e, &health.Failure{Class: health.TargetHTTPError, Stage: health.StageHTTPStatus, Target: host,
 				Err: errors.New("target answered " + resp.Status)})
+		} else {
+			att.Succeeded(e)
 		}
 		if last != nil {
 			last.Body.Close()

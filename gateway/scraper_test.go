@@ -330,3 +330,37 @@ func TestScraperPerTargetBan(t *testing.T) {
 		t.Fatalf("banned host: %v %v, want 503 (a is banned there and is the only upstream)", resp, err)
 	}
 }
+
+// TestBanCooldownGrows: a host that bans an upstream again right after
+// its per-target cooldown ended is banned for longer (cooldowns double on
+// repeated failures). Issue: the answer counted as a success first, which
+// restarted the streak, so every ban was a first ban (3 s, 3 s, 3 s).
+func TestBanCooldownGrows(t *testing.T) {
+	target := upstreamtest.NewTarget(t)
+	up := upstreamtest.NewHTTPProxy(t, upstreamtest.Options{})
+	srv, _ := startGateway(t, fmt.Sprintf("%s\n[pool]\nstart_eligible = true\nwait_for_upstream = \"50ms\"\n"+
+		"[cooldown]\nmultiplier = 2.0\njitter = 0.1\n[cooldown.target_http_error]\nbase = \"300ms\"\nmax = \"10s\"\n"+
+		"[[upstream]]\nurl = %q\nname = \"up\"\n", probeConf(target), up.URL().String()))
+	front := srv.Addr("http")
+	var lengths []time.Duration
+	for i := range 3 {
+		resp, err := httpGet(t, front, "", "", target.URL("/status/429"), false)
+		if err != nil || resp.StatusCode != 429 {
+			t.Fatalf("ban %d: %v %v", i, resp, err)
+		}
+		at := time.Now()
+		s := snapOf(t, srv, "up")
+		if len(s.Targets) != 1 {
+			t.Fatalf("ban %d: per-target cooldowns %+v, want one", i, s.Targets)
+		}
+		lengths = append(lengths, s.Targets[0].Until.Sub(at))
+		time.Sleep(time.Until(s.Targets[0].Until) + 50*time.Millisecond)
+	}
+	// 300 ms, 600 ms, 1.2 s, each ±10 %, less the time the answer took.
+	for i := 1; i < len(lengths); i++ {
+		if lengths[i] < lengths[i-1]*3/2 {
+			t.Errorf("ban cooldowns %v: want each about twice the one before", lengths)
+			break
+		}
+	}
+}

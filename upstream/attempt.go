@@ -386,6 +386,18 @@ func (a *Attempts) admit(s *set, i int) bool {
 // ttl/4) is handed to the fleet, which queues it: nothing waits on Redis.
 func (a *Attempts) Succeeded(e *Endpoint) {
 	a.p.tr.SuccessTarget(e.rec, a.key)
+	a.bindSession(e)
+}
+
+// Answered is Succeeded for an answer that counts against e for its
+// target (a ban status, which the caller reports next as
+// target_http_error): the session binds as for a success, but e's failure
+// runs and its per-target cooldown streak stay, so repeated bans of a
+// host grow their cooldown and `after` can count them. (A success before
+// the report restarted both: every ban was a first ban.)
+func (a *Attempts) Answered(e *Endpoint) { a.bindSession(e) }
+
+func (a *Attempts) bindSession(e *Endpoint) {
 	from, moved, report := a.p.sessions.bind(a.req.Session, e)
 	if moved {
 		a.p.log.Info().Str("session", a.req.Session).Str("from", from).Str("to", e.Name).Msg("session moved")
