@@ -279,6 +279,17 @@ func (c *Config) fill(md *toml.MetaData) {
 	if c.TargetHTTPError.Scope == "" {
 		c.TargetHTTPError.Scope = "target"
 	}
+	// Where the packages read a zero value as "use the default", a zero
+	// the file sets means none: no jitter, no ramp, no wait.
+	if defined("cooldown", "jitter") && c.Cooldown.Jitter == 0 {
+		c.Cooldown.Jitter = -1 // health: negative is none
+	}
+	if defined("pool", "slow_start") && c.Pool.SlowStart == 0 {
+		c.Pool.SlowStart = -1 // negative disables the ramp
+	}
+	if defined("pool", "wait_for_upstream") && c.Pool.WaitForUpstream == 0 {
+		c.Pool.WaitForUpstream = time.Nanosecond // fail at once: the shortest wait there is
+	}
 	c.Pool = c.Pool.WithDefaults()
 	if c.Listen.AdminToken == "" && c.Listen.AdminTokenEnv != "" {
 		c.Listen.AdminToken = os.Getenv(c.Listen.AdminTokenEnv)

@@ -440,3 +440,37 @@ func TestConfigDecodeErrorsFileLine(t *testing.T) {
 		})
 	}
 }
+
+// TestConfigExplicitZeroMeansNone: a zero written in the file is none,
+// not the default. Issue: jitter = 0.0 gave ±20 %, slow_start = "0s"
+// still ramped 4, 8, 16 tunnels/s, and wait_for_upstream = "0s" waited
+// 10 s.
+func TestConfigExplicitZeroMeansNone(t *testing.T) {
+	base := "[[upstream]]\nurl = \"socks5://127.0.0.1:1080\"\n"
+	zero, err := ParseConfig("zero.toml", []byte("[pool]\nwait_for_upstream = \"0s\"\nslow_start = \"0s\"\n[cooldown]\njitter = 0.0\n"+base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if zero.Cooldown.Jitter >= 0 || zero.Pool.SlowStart >= 0 || zero.Pool.WaitForUpstream <= 0 || zero.Pool.WaitForUpstream > time.Millisecond {
+		t.Errorf("explicit zeros: jitter %v slow_start %v wait_for_upstream %v, want none, none, at once",
+			zero.Cooldown.Jitter, zero.Pool.SlowStart, zero.Pool.WaitForUpstream)
+	}
+	unset, err := ParseConfig("unset.toml", []byte(base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if unset.Cooldown.Jitter != 0 || unset.Pool.SlowStart != 0 || unset.Pool.WaitForUpstream != 10*time.Second {
+		t.Errorf("unset: jitter %v slow_start %v wait_for_upstream %v, want the defaults (0 = default in health, 10s)",
+			unset.Cooldown.Jitter, unset.Pool.SlowStart, unset.Pool.WaitForUpstream)
+	}
+	// End to end: nothing eligible and no wait is an answer at once.
+	srv, _ := startGateway(t, "[pool]\nwait_for_upstream = \"0s\"\n[[upstream]]\nurl = \"socks5://127.0.0.1:1\"\ndisabled = true\n")
+	start := time.Now()
+	resp, err := httpGet(t, srv.Addr("http"), "", "", "http://127.0.0.1:1/", false)
+	if err != nil || resp.StatusCode != 503 {
+		t.Fatalf("nothing eligible: %v %v, want 503", resp, err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("wait_for_upstream = \"0s\" answered after %v, want at once", d)
+	}
+}
