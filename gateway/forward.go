@@ -146,6 +146,9 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 
 	req := upstream.Request{Addr: addr, Tags: params.Tags, Session: params.Session}
 	att := s.pool.NewAttempts(req)
+	if idempotent(r.Method) && big == nil {
+		att.Replayable() // a slow answer gets a second opinion (see Attempts.Replayable)
+	}
 	host := req.Host()
 	// last is a response held back for retry_statuses: it is what the
 	// client gets when no other upstream does better.

@@ -364,3 +364,52 @@ func TestBanCooldownGrows(t *testing.T) {
 		}
 	}
 }
+
+// TestSlowTargetIsNotTheUpstreams: a plain-HTTP GET whose target takes
+// longer than slow_body.first_byte gets a second opinion from another
+// upstream; when that one is silent too the target is slow: the client
+// gets 504 and neither upstream cools. An upstream that is itself slow
+// (another answers the same request in time) still cools. Issue: one
+// slow page cooled every upstream it was retried on, as slow_body, and a
+// small pool went 503 for every client.
+func TestSlowTargetIsNotTheUpstreams(t *testing.T) {
+	target := upstreamtest.NewTarget(t)
+	names := []string{"a", "b", "c"}
+	ups := map[string]*upstreamtest.Server{}
+	for _, n := range names {
+		ups[n] = upstreamtest.NewSOCKS5(t, upstreamtest.Options{})
+	}
+	srv, _ := startGateway(t, fmt.Sprintf("%s\n[pool]\nstart_eligible = true\nstrategy = \"round-robin\"\n[slow_body]\nfirst_byte = \"300ms\"\n%s",
+		probeConf(target), upstreamConf(names, ups, nil)))
+	front := srv.Addr("http")
+
+	resp, err := httpGet(t, front, "", "", target.URL("/delay/3s"), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusGatewayTimeout || !strings.HasPrefix(resp.Header.Get("X-Rotor-Error"), "target_timeout; stage=first_byte") {
+		t.Errorf("slow target: %d %q, want 504 target_timeout; stage=first_byte", resp.StatusCode, resp.Header.Get("X-Rotor-Error"))
+	}
+	tried := 0
+	for _, n := range names {
+		tried += int(ups[n].Connections())
+		if s := snapOf(t, srv, n); s.State != health.Eligible || s.Failures[health.SlowBody] != 0 {
+			t.Errorf("%s: %v, slow_body failures %d: a slow target cooled it", n, s.State, s.Failures[health.SlowBody])
+		}
+	}
+	if tried != 2 {
+		t.Errorf("the slow request reached %d upstreams, want 2 (no third try)", tried)
+	}
+
+	// One upstream slow itself: another answers, the slow one cools.
+	ups["a"].SetMode(upstreamtest.Mode{Fault: upstreamtest.Accept, FirstByteDelay: 3 * time.Second})
+	for i := 0; i < 3 && snapOf(t, srv, "a").Failures[health.SlowBody] == 0; i++ {
+		resp, err := httpGet(t, front, "", "", target.URL("/ok"), false)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("GET %d with a slow upstream: %v %v, want 200 from another", i, resp, err)
+		}
+	}
+	if s := snapOf(t, srv, "a"); s.State != health.Cooling || s.Reason != health.SlowBody {
+		t.Errorf("the slow upstream: %v %v, want cooling slow_body", s.State, s.Reason)
+	}
+}

@@ -209,6 +209,35 @@ type Attempts struct {
 	// by the last pick has a token again (0: none was).
 	rateWait  time.Duration
 	waitTimer <-chan time.Time
+	// replayable is set (Replayable) for a request that may be sent to
+	// another upstream after it reached one (an idempotent plain-HTTP
+	// request whose body is held); slow holds such a request's first
+	// slow_body at first_byte until a second upstream shows whose it is.
+	replayable bool
+	slow       *heldFailure
+}
+
+// heldFailure is a failure not yet reported to e's record.
+type heldFailure struct {
+	e *Endpoint
+	f *health.Failure
+}
+
+// Replayable says the request may be retried after it reached an
+// upstream. Then a first silence (slow_body at first_byte) is held back:
+// if another upstream answers the same request, the first one was slow
+// and is reported; if a second one is silent too, the target is slow:
+// neither is blamed, and the client gets target_timeout (504) instead of
+// a third try. Before, one slow page cooled every upstream it was retried
+// on, and a pool of a few went 503 for everyone.
+func (a *Attempts) Replayable() { a.replayable = true }
+
+// flushSlow reports the held failure, if any.
+func (a *Attempts) flushSlow() {
+	if h := a.slow; h != nil {
+		a.slow = nil
+		a.p.tr.Fail(h.e.rec, h.f)
+	}
 }
 
 // NewAttempts starts an attempt loop for req. A req.Addr no upstream
@@ -250,10 +279,15 @@ func (a *Attempts) List() []Attempt { return a.list }
 // wait expires it returns ErrNoEligible (a *NoEligibleError naming the tags
 // when the request has some); an *AttemptsError when attempts ran out or no
 // untried endpoint is left.
-func (a *Attempts) Next(ctx context.Context) (*Endpoint, error) {
+func (a *Attempts) Next(ctx context.Context) (e *Endpoint, err error) {
 	if a.invalid != nil {
 		return nil, a.invalid
 	}
+	defer func() {
+		if err != nil {
+			a.flushSlow() // no other upstream gets to answer
+		}
+	}()
 	p := a.p
 	registered := false
 	defer func() {
@@ -385,6 +419,7 @@ func (a *Attempts) admit(s *set, i int) bool {
 // fleet mode a new or moved binding (and a refresh, at most once per
 // ttl/4) is handed to the fleet, which queues it: nothing waits on Redis.
 func (a *Attempts) Succeeded(e *Endpoint) {
+	a.flushSlow()
 	a.p.tr.SuccessTarget(e.rec, a.key)
 	a.bindSession(e)
 }
@@ -395,7 +430,10 @@ func (a *Attempts) Succeeded(e *Endpoint) {
 // runs and its per-target cooldown streak stay, so repeated bans of a
 // host grow their cooldown and `after` can count them. (A success before
 // the report restarted both: every ban was a first ban.)
-func (a *Attempts) Answered(e *Endpoint) { a.bindSession(e) }
+func (a *Attempts) Answered(e *Endpoint) {
+	a.flushSlow()
+	a.bindSession(e)
+}
 
 func (a *Attempts) bindSession(e *Endpoint) {
 	from, moved, report := a.p.sessions.bind(a.req.Session, e)
@@ -423,6 +461,7 @@ func (a *Attempts) Failed(ctx context.Context, e *Endpoint, err error) error {
 	if ctx.Err() != nil && IsCanceled(err) {
 		// The client went away: neither a success nor a failure.
 		p.tr.Neutral(e.rec)
+		a.flushSlow()
 		return ctx.Err()
 	}
 	f := Classify(err, health.StageDial)
@@ -448,6 +487,20 @@ func (a *Attempts) Failed(ctx context.Context, e *Endpoint, err error) error {
 	case f.Target == "":
 		f.Target = a.host
 	}
+	if a.replayable && f.Class == health.SlowBody && f.Stage == health.StageFirstByte {
+		if a.slow == nil {
+			a.slow = &heldFailure{e: e, f: f}
+			a.list = append(a.list, Attempt{Upstream: e.Name, Failure: f})
+			return nil
+		}
+		// A second upstream silent for the same request: the target is.
+		a.slow = nil
+		p.tr.Neutral(e.rec)
+		tf := &health.Failure{Class: health.TargetTimeout, Stage: health.StageFirstByte, Target: f.Target, Err: f.Err}
+		a.list = append(a.list, Attempt{Upstream: e.Name, Failure: tf})
+		return &AttemptsError{Attempts: a.list}
+	}
+	a.flushSlow()
 	p.tr.Fail(e.rec, f)
 	a.list = append(a.list, Attempt{Upstream: e.Name, Failure: f})
 	if f.Class.IsTargetFailure() {
