@@ -1318,3 +1318,22 @@ func TestHTTPFrontRefusalsLogged(t *testing.T) {
 		t.Error("a client password reached the log")
 	}
 }
+
+// TestHTTPFront407HintsAtParameters: a username whose parameters do not
+// parse (a uuid session id) gets a 407 that says why. Issue: the right
+// password got a bare "proxy authentication required".
+func TestHTTPFront407HintsAtParameters(t *testing.T) {
+	srv, _ := startGateway(t, "allow_private_destinations = true\n"+listenConf("")+
+		"[[client]]\nusername = \"scraper\"\npassword = \"pw\"\n"+
+		"[pool]\nstart_eligible = true\n[[upstream]]\nurl = \"direct://\"\nname = \"direct\"\n")
+	for user, hint := range map[string]bool{"scraper-session-1b2c-3d4e": true, "scraper-tag-us-": true, "nobody": false, "scraper-session-ok": false} {
+		resp, err := httpGet(t, srv.Addr("http"), user, "wrong-or-right", "http://127.0.0.1:1/", false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body := bodyOf(resp)
+		if resp.StatusCode != http.StatusProxyAuthRequired || strings.Contains(body, "not understood") != hint {
+			t.Errorf("user %q: %d %q, want 407 with the parameter hint %v", user, resp.StatusCode, body, hint)
+		}
+	}
+}

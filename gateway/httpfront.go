@@ -47,7 +47,13 @@ func (s *Server) proxyAuth(w http.ResponseWriter, r *http.Request) (userParams, 
 		return params, true
 	}
 	w.Header().Set("Proxy-Authenticate", `Basic realm="rotor"`)
-	plainError(w, http.StatusProxyAuthRequired, "client_auth", "proxy authentication required")
+	reason := "proxy authentication required"
+	if params.User == user && (strings.Contains(user, "-session-") || strings.Contains(user, "-tag-")) {
+		// The parameters did not parse, so the whole name was checked
+		// (a uuid session id has '-' in it). Says nothing of the users.
+		reason += " (username parameters not understood: <user>[-session-<id>][-tag-<tag>]..., ids and tags without '-')"
+	}
+	plainError(w, http.StatusProxyAuthRequired, "client_auth", reason)
 	// At debug, like the SOCKS5 front's failed logins: a client probing
 	// credentials must not fill the log. The password is never logged.
 	why := "no credentials"
