@@ -228,6 +228,28 @@ func (t *Tracker) readmitQueued(s *settings, q queued, now time.Time) {
 	t.apply(&e)
 }
 
+// ensureProbe queues a probe of r, due after delay, for r's current epoch
+// when r is probe_allowed and no probe of it runs. Every path on which a
+// probe ends without moving r on calls it, so that a probe_allowed record
+// always has a probe queued or running: a result discarded as stale (r
+// changed epoch while the probe ran, e.g. an operator's disable and
+// enable; the item of that newer epoch was dropped by claimProbe because
+// the probe was running), a probe another instance owns
+// (probeDeferred), a probe cut short by Run stopping. A duplicate of an
+// item still queued is harmless: claimProbe starts one probe per record at
+// a time, and once its result is applied r has a newer epoch.
+func (t *Tracker) ensureProbe(r *Record, delay time.Duration) {
+	r.mu.Lock()
+	due := !r.removed && !r.probing && State(r.state.Load()) == ProbeAllowed
+	it := item{rec: r, epoch: r.epoch, kind: kindProbe}
+	r.mu.Unlock()
+	if due {
+		it.at = t.clock.Now().Add(delay)
+		t.sched.push(it)
+		t.kickProber()
+	}
+}
+
 // claimProbe marks q's record as probing if it is still probe_allowed at
 // q's epoch and no probe of it runs, and returns its dialer.
 func (t *Tracker) claimProbe(q queued) (Dialer, bool) {
@@ -243,7 +265,8 @@ func (t *Tracker) claimProbe(q queued) (Dialer, bool) {
 
 // runProbe probes q's record through d with p (the probe settings in force
 // when it was claimed) and applies the result, unless the record moved on
-// meanwhile (stale epoch) or Run is stopping.
+// meanwhile (stale epoch) or Run is stopping. Its caller then calls
+// ensureProbe: a record left probe_allowed needs another probe.
 func (t *Tracker) runProbe(ctx context.Context, p *probeSpec, q queued, d Dialer) {
 	r := q.rec
 	start := t.clock.Now()

@@ -382,8 +382,9 @@ func (t *Tracker) disable(r *Record, detail string, byConfig bool) {
 // Enable moves a disabled or cooling r to probe_allowed and schedules a
 // probe at once; only a passing probe makes it eligible again. It resets
 // the permanent_after runs (an operator asked for a fresh try) but not the
-// cooldown streak (no probe has passed yet). Enabling an eligible or
-// probe_allowed record changes nothing.
+// cooldown streak (no probe has passed yet). Enabling a probe_allowed
+// record makes sure a probe of it is queued when none runs, and is no
+// transition; enabling an eligible record changes nothing.
 func (t *Tracker) Enable(r *Record) { t.enable(r, "enabled by operator", false) }
 
 // CredentialsChanged tells the tracker that r's upstream credentials were
@@ -406,7 +407,13 @@ func (t *Tracker) enable(r *Record, detail string, authOnly bool) {
 		r.mu.Unlock()
 		return
 	}
-	if s := State(r.state.Load()); (s == Disabled || s == Cooling) && !r.removed {
+	switch s := State(r.state.Load()); {
+	case r.removed:
+	case s == ProbeAllowed && !r.probing:
+		// A probe of r should be queued already; make sure of it. A
+		// duplicate item is dropped by claimProbe.
+		e.items = append(e.items, item{at: now, rec: r, epoch: r.epoch, kind: kindProbe})
+	case s == Disabled || s == Cooling:
 		r.consec = [numClasses]int{}
 		r.after = [numClasses]int{}
 		r.deadline, r.until = time.Time{}, time.Time{}
