@@ -42,8 +42,10 @@ type queued struct {
 // until they are below it, a new rate spaces the next start from the last.
 //
 // Run returns nil when ctx is done, after every probe goroutine it started
-// has returned; probes cut short by that are dropped (neutral). It returns
-// ErrRunning if the tracker already has a running loop.
+// has returned; probes cut short by that are dropped (neutral). Records it
+// leaves due for a probe (queued, or their probe cut short) are probed by
+// the next Run of the tracker. It returns ErrRunning if the tracker
+// already has a running loop.
 func (t *Tracker) Run(ctx context.Context) error {
 	if !t.running.CompareAndSwap(false, true) {
 		return ErrRunning
@@ -56,11 +58,20 @@ func (t *Tracker) Run(ctx context.Context) error {
 		t.log.Warn().Str("stage", StageProbe.String()).Msg("no probe url: records are re-admitted without a probe")
 	}
 
+	var ready []queued // records due for a probe, in order
 	pctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer func() {
 		cancel()
 		wg.Wait()
+		// What was queued goes back to the tracker's schedule, so that
+		// the next Run probes it: a probe_allowed record must never be
+		// left without a probe queued (probes cut short above do the
+		// same through ensureProbe).
+		now := t.clock.Now()
+		for _, q := range ready {
+			t.sched.push(item{at: now, rec: q.rec, epoch: q.epoch, kind: kindProbe})
+		}
 	}()
 	// done reports finished probes. Its room fits the initial limit; a
 	// reload may raise the limit, so a probe that finds it full waits for
@@ -70,7 +81,6 @@ func (t *Tracker) Run(ctx context.Context) error {
 
 	var (
 		inflight  int
-		ready     []queued
 		due       []item
 		lastStart time.Time // latest probe start; zero: none yet
 		timerC    <-chan time.Time

@@ -1,6 +1,7 @@
 package health
 
 import (
+	"context"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -107,3 +108,40 @@ type hookGate struct {
 }
 
 func (g *hookGate) TryProbe(string) (func(), bool) { return func() {}, g.hook() }
+
+// TestRunRestartProbesWhatWasPending: records whose probe was cut short by
+// Run stopping, or that were queued and not yet started, are probed by the
+// next Run of the tracker. They used to be lost with the stopped loop.
+func TestRunRestartProbesWhatWasPending(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := syncCfg()
+		cfg.Probe.MaxConcurrent = 1
+		tr := NewTracker(cfg, nil, zerolog.Nop())
+		a := &pipeUpstream{delay: 2 * time.Second}
+		b := &pipeUpstream{}
+		ra := tr.Add("a", "a", a, false)
+		rb := tr.Add("b", "b", b, false)
+
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- tr.Run(ctx) }()
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if !tr.Snapshot(ra).Probing || tr.Snapshot(rb).Probing {
+			t.Fatal("want a probing and b waiting for the concurrency limit")
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatalf("Run = %v", err)
+		}
+
+		startRun(t, tr)
+		time.Sleep(10 * time.Second)
+		synctest.Wait()
+		for _, r := range []*Record{ra, rb} {
+			if s := tr.Snapshot(r); s.State != Eligible {
+				t.Errorf("%s after the second Run: %v, want eligible", s.Name, s.State)
+			}
+		}
+	})
+}
