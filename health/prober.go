@@ -242,9 +242,9 @@ func (t *Tracker) readmitQueued(s *settings, q queued, now time.Time) {
 // when r is probe_allowed and no probe of it runs. Every path on which a
 // probe ends without moving r on calls it, so that a probe_allowed record
 // always has a probe queued or running: a result discarded as stale (r
-// changed epoch while the probe ran, e.g. an operator's disable and
-// enable; the item of that newer epoch was dropped by claimProbe because
-// the probe was running), a probe another instance owns
+// changed epoch while the probe ran: an operator's disable and enable, a
+// credentials change; the item of that newer epoch was dropped by
+// claimProbe because the probe was running), a probe another instance owns
 // (probeDeferred), a probe cut short by Run stopping. A duplicate of an
 // item still queued is harmless: claimProbe starts one probe per record at
 // a time, and once its result is applied r has a newer epoch.

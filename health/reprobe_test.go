@@ -2,6 +2,8 @@ package health
 
 import (
 	"context"
+	"errors"
+	"net"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -144,4 +146,86 @@ func TestRunRestartProbesWhatWasPending(t *testing.T) {
 			}
 		}
 	})
+}
+
+// slowAuthDialer stands for an upstream dialed with credentials it
+// rejects: after delay, every dial fails with auth_rejected.
+type slowAuthDialer struct {
+	delay time.Duration
+	dials atomic.Int32
+}
+
+func (d *slowAuthDialer) DialContext(ctx context.Context, _, _ string) (net.Conn, error) {
+	d.dials.Add(1)
+	select {
+	case <-time.After(d.delay):
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return nil, &Failure{Class: AuthRejected, Stage: StageProxyAuth, Err: errors.New("407")}
+}
+
+// TestRunCredentialsChangedDuringProbe: the config's password is fixed
+// while a probe with the old one runs. The old probe's result is
+// discarded, whatever it is, and the record is probed with the new
+// credentials as soon as it ends. It used to apply the old probe's
+// auth_rejected and cool the record for the whole auth_rejected base.
+func TestRunCredentialsChangedDuringProbe(t *testing.T) {
+	tests := []struct {
+		name     string
+		eligible bool // Config.StartEligible
+		// before brings r to a probe running with the old credentials.
+		before func(tr *Tracker, r *Record)
+		old    func() Dialer
+	}{
+		{
+			name: "after an auth_rejected cooldown", eligible: true,
+			before: func(tr *Tracker, r *Record) {
+				tr.Fail(r, &Failure{Class: AuthRejected, Stage: StageProxyAuth, Err: errors.New("407")})
+				time.Sleep(tr.Policy().For(AuthRejected).Base)
+			},
+			old: func() Dialer { return &slowAuthDialer{delay: 2 * time.Second} },
+		},
+		{
+			name:   "first probe of a new upstream",
+			before: func(tr *Tracker, r *Record) {},
+			old:    func() Dialer { return &slowAuthDialer{delay: 2 * time.Second} },
+		},
+		{
+			name:   "old credentials pass",
+			before: func(tr *Tracker, r *Record) {},
+			old:    func() Dialer { return &pipeUpstream{delay: 2 * time.Second} },
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				cfg := syncCfg()
+				cfg.StartEligible = tc.eligible
+				tr := NewTracker(cfg, nil, zerolog.Nop())
+				r := tr.Add("k", "up", tc.old(), false)
+				startRun(t, tr)
+				tc.before(tr, r)
+				time.Sleep(500 * time.Millisecond)
+				synctest.Wait()
+				if s := tr.Snapshot(r); s.State != ProbeAllowed || !s.Probing {
+					t.Fatalf("before the change: state %v probing %v, want a probe running", s.State, s.Probing)
+				}
+
+				fixed := &pipeUpstream{}
+				tr.Add("k", "up", fixed, false) // what a reload does, then:
+				tr.CredentialsChanged(r)
+				time.Sleep(5 * time.Second)
+				synctest.Wait()
+				s := tr.Snapshot(r)
+				if s.State != Eligible || fixed.requests.Load() != 1 {
+					t.Errorf("after the change: state %v (%v), probes with the new credentials %d; want eligible, 1",
+						s.State, s.Reason, fixed.requests.Load())
+				}
+				if s.Streak != 0 {
+					t.Errorf("streak %d, want 0", s.Streak)
+				}
+			})
+		})
+	}
 }
