@@ -285,13 +285,27 @@ func (t *Tracker) Neutral(r *Record) {}
 //     target-failure rule above.
 //   - Otherwise, the after-th consecutive failure of a class cools r for
 //     Policy.Cooldown(class, streak); the permanent_after-th disables it.
-func (t *Tracker) Fail(r *Record, f *Failure) { t.fail(r, f, 0, false) }
+func (t *Tracker) Fail(r *Record, f *Failure) { t.fail(r, f, 0, failLive) }
 
 // FailEpoch is Fail for an outcome of a lease taken at epoch (see Epoch):
 // when r changed state since, the failure is only counted.
-func (t *Tracker) FailEpoch(r *Record, epoch uint64, f *Failure) { t.fail(r, f, epoch, true) }
+func (t *Tracker) FailEpoch(r *Record, epoch uint64, f *Failure) { t.fail(r, f, epoch, failEpoch) }
 
-func (t *Tracker) fail(r *Record, f *Failure, epoch uint64, checkEpoch bool) {
+// FailStale is Fail for an outcome that no longer describes r's upstream
+// as configured, such as a dial with credentials a reload has since
+// replaced: the failure is only counted.
+func (t *Tracker) FailStale(r *Record, f *Failure) { t.fail(r, f, 0, failCount) }
+
+// failMode says whether a failure may drive the machine (see fail).
+type failMode uint8
+
+const (
+	failLive  failMode = iota // while r is eligible (Fail)
+	failEpoch                 // while r is eligible at the given epoch (FailEpoch)
+	failCount                 // never: counted only (FailStale)
+)
+
+func (t *Tracker) fail(r *Record, f *Failure, epoch uint64, mode failMode) {
 	if f == nil {
 		return
 	}
@@ -308,7 +322,7 @@ func (t *Tracker) fail(r *Record, f *Failure, epoch uint64, checkEpoch bool) {
 	var e effects
 	r.mu.Lock()
 	r.countFailure(class, stage, 1)
-	live := State(r.state.Load()) == Eligible && !r.removed && (!checkEpoch || epoch == r.epoch)
+	live := State(r.state.Load()) == Eligible && !r.removed && mode != failCount && (mode != failEpoch || epoch == r.epoch)
 	switch {
 	case !live || class == Operator:
 	case class.IsTargetFailure():
