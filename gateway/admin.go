@@ -229,7 +229,8 @@ func (s *Server) serveDisable(w http.ResponseWriter, r *http.Request, e *upstrea
 }
 
 // serveEnable moves a disabled or cooling upstream to probe_allowed: it
-// serves again only after a passing probe.
+// serves again only after a passing probe. On a probe_allowed upstream
+// with no probe running it makes sure one is queued.
 func (s *Server) serveEnable(w http.ResponseWriter, r *http.Request, e *upstream.Endpoint) {
 	s.tr.Enable(e.Record())
 	s.log.Info().Str("upstream", e.Name).Str("client", r.RemoteAddr).Msg("admin: upstream enabled")

@@ -178,11 +178,16 @@ func (t *Tracker) ApplyRemote(key string, rs RemoteState) bool {
 
 // gatedProbe runs q's probe when the fleet's probe gate grants it (or
 // when there is no gate). Called on the probe goroutine Run owns; the
-// record is marked probing by claimProbe.
+// record is marked probing by claimProbe. When the probe ends and leaves
+// the record probe_allowed (its result was stale, or Run is stopping),
+// another is queued for the record's current epoch (ensureProbe), after
+// the fleet lease is released (a gate that still finds it held defers the
+// new probe by the retry interval).
 func (t *Tracker) gatedProbe(ctx context.Context, p *probeSpec, q queued, d Dialer) {
 	f := t.fleet.Load()
 	if f == nil || f.gate == nil {
 		t.runProbe(ctx, p, q, d)
+		t.ensureProbe(q.rec, 0)
 		return
 	}
 	release, ok := f.gate.TryProbe(q.rec.key)
@@ -194,20 +199,20 @@ func (t *Tracker) gatedProbe(ctx context.Context, p *probeSpec, q queued, d Dial
 	if ctx.Err() == nil && release != nil {
 		release()
 	}
+	t.ensureProbe(q.rec, 0)
 }
 
 // probeDeferred clears the probing mark of q's record, whose probe another
-// instance owns, and asks again after retry unless the record moved on.
+// instance owns, and asks again after retry while the record is
+// probe_allowed. The retry is for the record's current epoch, not q's: a
+// transition while the gate was asked (an enable, local or remote) queued
+// an item that Run dropped, since the record was still marked probing.
 func (t *Tracker) probeDeferred(q queued, retry time.Duration) {
 	r := q.rec
 	r.mu.Lock()
 	r.probing = false
-	live := !r.removed && q.epoch == r.epoch && State(r.state.Load()) == ProbeAllowed
 	r.mu.Unlock()
-	if live {
-		t.sched.push(item{at: t.clock.Now().Add(retry), rec: r, epoch: q.epoch, kind: kindProbe})
-		t.kickProber()
-	}
+	t.ensureProbe(r, retry)
 }
 
 // SetHistory replaces the history of the record key with h (the fleet's

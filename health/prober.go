@@ -42,8 +42,10 @@ type queued struct {
 // until they are below it, a new rate spaces the next start from the last.
 //
 // Run returns nil when ctx is done, after every probe goroutine it started
-// has returned; probes cut short by that are dropped (neutral). It returns
-// ErrRunning if the tracker already has a running loop.
+// has returned; probes cut short by that are dropped (neutral). Records it
+// leaves due for a probe (queued, or their probe cut short) are probed by
+// the next Run of the tracker. It returns ErrRunning if the tracker
+// already has a running loop.
 func (t *Tracker) Run(ctx context.Context) error {
 	if !t.running.CompareAndSwap(false, true) {
 		return ErrRunning
@@ -56,11 +58,20 @@ func (t *Tracker) Run(ctx context.Context) error {
 		t.log.Warn().Str("stage", StageProbe.String()).Msg("no probe url: records are re-admitted without a probe")
 	}
 
+	var ready []queued // records due for a probe, in order
 	pctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer func() {
 		cancel()
 		wg.Wait()
+		// What was queued goes back to the tracker's schedule, so that
+		// the next Run probes it: a probe_allowed record must never be
+		// left without a probe queued (probes cut short above do the
+		// same through ensureProbe).
+		now := t.clock.Now()
+		for _, q := range ready {
+			t.sched.push(item{at: now, rec: q.rec, epoch: q.epoch, kind: kindProbe})
+		}
 	}()
 	// done reports finished probes. Its room fits the initial limit; a
 	// reload may raise the limit, so a probe that finds it full waits for
@@ -70,7 +81,6 @@ func (t *Tracker) Run(ctx context.Context) error {
 
 	var (
 		inflight  int
-		ready     []queued
 		due       []item
 		lastStart time.Time // latest probe start; zero: none yet
 		timerC    <-chan time.Time
@@ -228,6 +238,28 @@ func (t *Tracker) readmitQueued(s *settings, q queued, now time.Time) {
 	t.apply(&e)
 }
 
+// ensureProbe queues a probe of r, due after delay, for r's current epoch
+// when r is probe_allowed and no probe of it runs. Every path on which a
+// probe ends without moving r on calls it, so that a probe_allowed record
+// always has a probe queued or running: a result discarded as stale (r
+// changed epoch while the probe ran: an operator's disable and enable, a
+// credentials change; the item of that newer epoch was dropped by
+// claimProbe because the probe was running), a probe another instance owns
+// (probeDeferred), a probe cut short by Run stopping. A duplicate of an
+// item still queued is harmless: claimProbe starts one probe per record at
+// a time, and once its result is applied r has a newer epoch.
+func (t *Tracker) ensureProbe(r *Record, delay time.Duration) {
+	r.mu.Lock()
+	due := !r.removed && !r.probing && State(r.state.Load()) == ProbeAllowed
+	it := item{rec: r, epoch: r.epoch, kind: kindProbe}
+	r.mu.Unlock()
+	if due {
+		it.at = t.clock.Now().Add(delay)
+		t.sched.push(it)
+		t.kickProber()
+	}
+}
+
 // claimProbe marks q's record as probing if it is still probe_allowed at
 // q's epoch and no probe of it runs, and returns its dialer.
 func (t *Tracker) claimProbe(q queued) (Dialer, bool) {
@@ -243,7 +275,8 @@ func (t *Tracker) claimProbe(q queued) (Dialer, bool) {
 
 // runProbe probes q's record through d with p (the probe settings in force
 // when it was claimed) and applies the result, unless the record moved on
-// meanwhile (stale epoch) or Run is stopping.
+// meanwhile (stale epoch) or Run is stopping. Its caller then calls
+// ensureProbe: a record left probe_allowed needs another probe.
 func (t *Tracker) runProbe(ctx context.Context, p *probeSpec, q queued, d Dialer) {
 	r := q.rec
 	start := t.clock.Now()

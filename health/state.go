@@ -41,8 +41,10 @@ type Record struct {
 	// configDisabled says the record is disabled by its config entry
 	// (disabled = true), not by an operator or permanent_after.
 	configDisabled bool
-	// epoch increments on every transition; probe results and scheduled
-	// items carrying an older epoch are stale and dropped (STYLE 42).
+	// epoch increments on every transition, and when the credentials
+	// change under a running probe (CredentialsChanged); probe results
+	// and scheduled items carrying an older epoch are stale and dropped
+	// (STYLE 42).
 	epoch  uint64
 	reason Class  // class of the last failure (or operator)
 	stage  Stage  // stage of the last failure
@@ -283,13 +285,27 @@ func (t *Tracker) Neutral(r *Record) {}
 //     target-failure rule above.
 //   - Otherwise, the after-th consecutive failure of a class cools r for
 //     Policy.Cooldown(class, streak); the permanent_after-th disables it.
-func (t *Tracker) Fail(r *Record, f *Failure) { t.fail(r, f, 0, false) }
+func (t *Tracker) Fail(r *Record, f *Failure) { t.fail(r, f, 0, failLive) }
 
 // FailEpoch is Fail for an outcome of a lease taken at epoch (see Epoch):
 // when r changed state since, the failure is only counted.
-func (t *Tracker) FailEpoch(r *Record, epoch uint64, f *Failure) { t.fail(r, f, epoch, true) }
+func (t *Tracker) FailEpoch(r *Record, epoch uint64, f *Failure) { t.fail(r, f, epoch, failEpoch) }
 
-func (t *Tracker) fail(r *Record, f *Failure, epoch uint64, checkEpoch bool) {
+// FailStale is Fail for an outcome that no longer describes r's upstream
+// as configured, such as a dial with credentials a reload has since
+// replaced: the failure is only counted.
+func (t *Tracker) FailStale(r *Record, f *Failure) { t.fail(r, f, 0, failCount) }
+
+// failMode says whether a failure may drive the machine (see fail).
+type failMode uint8
+
+const (
+	failLive  failMode = iota // while r is eligible (Fail)
+	failEpoch                 // while r is eligible at the given epoch (FailEpoch)
+	failCount                 // never: counted only (FailStale)
+)
+
+func (t *Tracker) fail(r *Record, f *Failure, epoch uint64, mode failMode) {
 	if f == nil {
 		return
 	}
@@ -306,7 +322,7 @@ func (t *Tracker) fail(r *Record, f *Failure, epoch uint64, checkEpoch bool) {
 	var e effects
 	r.mu.Lock()
 	r.countFailure(class, stage, 1)
-	live := State(r.state.Load()) == Eligible && !r.removed && (!checkEpoch || epoch == r.epoch)
+	live := State(r.state.Load()) == Eligible && !r.removed && mode != failCount && (mode != failEpoch || epoch == r.epoch)
 	switch {
 	case !live || class == Operator:
 	case class.IsTargetFailure():
@@ -382,31 +398,49 @@ func (t *Tracker) disable(r *Record, detail string, byConfig bool) {
 // Enable moves a disabled or cooling r to probe_allowed and schedules a
 // probe at once; only a passing probe makes it eligible again. It resets
 // the permanent_after runs (an operator asked for a fresh try) but not the
-// cooldown streak (no probe has passed yet). Enabling an eligible or
-// probe_allowed record changes nothing.
+// cooldown streak (no probe has passed yet). Enabling a probe_allowed
+// record makes sure a probe of it is queued when none runs, and is no
+// transition; enabling an eligible record changes nothing.
 func (t *Tracker) Enable(r *Record) { t.enable(r, "enabled by operator", false) }
 
 // CredentialsChanged tells the tracker that r's upstream credentials were
-// changed in the config. A record cooling, or disabled by permanent_after,
-// because the proxy rejected the old credentials is probed at once with
-// the new ones (as Enable would), instead of waiting out a cooldown the
-// change was meant to end. Other records are left alone: an operator's
-// disable stays.
+// changed in the config (the record's dialer already uses the new ones). A
+// record cooling, or disabled by permanent_after, because the proxy
+// rejected the old credentials is probed at once with the new ones (as
+// Enable would), instead of waiting out a cooldown the change was meant to
+// end. A probe_allowed record whose probe is running uses the old
+// credentials in that probe: its result, whatever it is, is discarded (the
+// epoch moves on) and the record is probed with the new credentials as
+// soon as that probe ends. Other records are left alone: an operator's
+// disable stays, and traffic tells about an eligible record.
 func (t *Tracker) CredentialsChanged(r *Record) {
 	t.enable(r, "credentials changed in the config", true)
 }
 
-// enable is Enable; with authOnly, only a record set aside for
-// auth_rejected (not by an operator or the config) is enabled.
-func (t *Tracker) enable(r *Record, detail string, authOnly bool) {
+// enable is Enable; with creds, it is CredentialsChanged: only a record
+// set aside for auth_rejected (not by an operator or the config) is
+// enabled, and a running probe's result is discarded.
+func (t *Tracker) enable(r *Record, detail string, creds bool) {
 	now := t.clock.Now()
 	var e effects
 	r.mu.Lock()
-	if authOnly && (r.reason != AuthRejected || r.configDisabled) {
-		r.mu.Unlock()
-		return
-	}
-	if s := State(r.state.Load()); (s == Disabled || s == Cooling) && !r.removed {
+	switch s := State(r.state.Load()); {
+	case r.removed:
+	case s == ProbeAllowed && r.probing:
+		if creds {
+			// No transition: the record stays probe_allowed, but the
+			// probe in flight is stale (runProbe drops its result) and
+			// its end queues one for the new epoch (ensureProbe).
+			r.epoch++
+		}
+	case s == ProbeAllowed:
+		// A probe of r should be queued already (it will dial with
+		// the current credentials); make sure of it. A duplicate item
+		// is dropped by claimProbe.
+		e.items = append(e.items, item{at: now, rec: r, epoch: r.epoch, kind: kindProbe})
+	case s != Disabled && s != Cooling:
+	case creds && (r.reason != AuthRejected || r.configDisabled):
+	default:
 		r.consec = [numClasses]int{}
 		r.after = [numClasses]int{}
 		r.deadline, r.until = time.Time{}, time.Time{}

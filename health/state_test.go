@@ -289,6 +289,13 @@ func TestStaleFailuresOnlyCount(t *testing.T) {
 	if got := tr.Snapshot(r).State; got != Cooling {
 		t.Errorf("current FailEpoch: %v", got)
 	}
+	// FailStale on an eligible record is counted only.
+	tr.Enable(r)
+	tr.readmitForTest(r)
+	tr.FailStale(r, &Failure{Class: AuthRejected, Stage: StageProxyAuth})
+	if s := tr.Snapshot(r); s.State != Eligible || s.Failures[AuthRejected] != 1 {
+		t.Errorf("FailStale: state %v, auth_rejected failures %d; want eligible, 1", s.State, s.Failures[AuthRejected])
+	}
 	// nil and unknown classes.
 	tr.Fail(r, nil)
 	tr.Fail(r, &Failure{Class: ClassNone, Stage: Stage(200)})

@@ -454,7 +454,9 @@ func (a *Attempts) bindSession(e *Endpoint) {
 // not know (classify.go): a proxy's answer to a plain-HTTP request
 // (plainAnswer), an address type the upstream lacks for this target
 // (forAddrType), and a wait for an unattributed CONNECT answer on an
-// upstream that served within aliveWindow (target_timeout).
+// upstream that served within aliveWindow (target_timeout). An
+// auth_rejected through an endpoint whose credentials a reload has since
+// replaced is only counted (health.Tracker.FailStale).
 func (a *Attempts) Failed(ctx context.Context, e *Endpoint, err error) error {
 	p := a.p
 	p.release(e)
@@ -501,7 +503,13 @@ func (a *Attempts) Failed(ctx context.Context, e *Endpoint, err error) error {
 		return &AttemptsError{Attempts: a.list}
 	}
 	a.flushSlow()
-	p.tr.Fail(e.rec, f)
+	if f.Class == health.AuthRejected && e.credsReplaced.Load() {
+		// The dial used the password a reload replaced meanwhile: its
+		// rejection must not cool the upstream the new one serves.
+		p.tr.FailStale(e.rec, f)
+	} else {
+		p.tr.Fail(e.rec, f)
+	}
 	a.list = append(a.list, Attempt{Upstream: e.Name, Failure: f})
 	if f.Class.IsTargetFailure() {
 		return &AttemptsError{Attempts: a.list}

@@ -106,6 +106,11 @@ type Endpoint struct {
 	limit   *rateLimiter // nil when Rate is 0
 	// pipeline is Spec.Pipeline, built into dialer; kept to notice a change.
 	pipeline bool
+	// credsReplaced is set when a reload replaced e with an endpoint of
+	// the same identity and other credentials (a new password): an
+	// auth_rejected from a dial still in flight through e says nothing
+	// about the new ones (Attempts.Failed).
+	credsReplaced atomic.Bool
 }
 
 // load is the mutable per-identity state of an endpoint, shared by every

@@ -278,6 +278,7 @@ func (p *Pool) Update(specs []Spec) (added, removed []string, err error) {
 		}
 		e.rec = p.tr.Add(key, e.Name, d, s.Disabled)
 		if old != nil && old.URL.User.String() != s.URL.User.String() {
+			old.credsReplaced.Store(true)
 			p.tr.CredentialsChanged(e.rec)
 		}
 		next = append(next, e)
