@@ -1,6 +1,6 @@
 // Package clustertest runs a private redis-server for fleet tests: on a
-// free loopback port, without persistence, stopped by PID through
-// t.Cleanup. It owns no production code and is imported only by tests.
+// free loopback port, without automatic persistence (a test that wants a
+// restart to keep the data sends SAVE), stopped by PID through t.Cleanup. It owns no production code and is imported only by tests.
 package clustertest
 
 import (
@@ -21,6 +21,7 @@ type Redis struct {
 	t    testing.TB
 	bin  string
 	port int
+	dir  string // working directory: dump.rdb after a SAVE
 
 	mu  sync.Mutex
 	cmd *exec.Cmd // nil while stopped
@@ -45,7 +46,7 @@ func Binary(t testing.TB) string {
 // Start runs redis-server on a free 127.0.0.1 port.
 func Start(t testing.TB) *Redis {
 	t.Helper()
-	r := &Redis{t: t, bin: Binary(t), port: freePort(t)}
+	r := &Redis{t: t, bin: Binary(t), port: freePort(t), dir: t.TempDir()}
 	r.Start()
 	t.Cleanup(r.Stop)
 	return r
@@ -57,8 +58,9 @@ func (r *Redis) Addr() string { return "127.0.0.1:" + strconv.Itoa(r.port) }
 // URL is the redis:// URL of database 0.
 func (r *Redis) URL() string { return "redis://" + r.Addr() + "/0" }
 
-// Start (re)starts the server on its port, empty, and waits until it
-// answers PING.
+// Start (re)starts the server on its port and waits until it answers
+// PING. It starts empty unless a SAVE since the first Start wrote a
+// snapshot, which it then loads (a Redis restarted with its data).
 func (r *Redis) Start() {
 	r.t.Helper()
 	r.mu.Lock()
@@ -67,7 +69,7 @@ func (r *Redis) Start() {
 		return
 	}
 	cmd := exec.Command(r.bin, "--save", "", "--appendonly", "no", "--port", strconv.Itoa(r.port),
-		"--bind", "127.0.0.1", "--protected-mode", "no", "--loglevel", "warning")
+		"--bind", "127.0.0.1", "--protected-mode", "no", "--loglevel", "warning", "--dir", r.dir)
 	if err := cmd.Start(); err != nil {
 		r.t.Fatalf("clustertest: start redis-server: %v", err)
 	}
