@@ -99,14 +99,18 @@ func (r record) remote() (rs health.RemoteState, ok bool) {
 		_ = tr.To.UnmarshalText([]byte(h.To))
 		tr.Reason, _ = health.ParseClass(h.Reason)
 		_ = tr.Stage.UnmarshalText([]byte(h.Stage))
-		tr.At, tr.Detail = fromMS(h.At), h.Detail
+		tr.At, tr.Detail, tr.Instance = fromMS(h.At), h.Detail, h.Inst
 		if h.Inst != "" {
-			tr.Detail += " (instance " + h.Inst + ")"
+			tr.Detail += instanceSuffix(h.Inst)
 		}
 		rs.History = append(rs.History, tr)
 	}
 	return rs, true
 }
+
+// instanceSuffix is what a shared history entry's detail ends with on
+// every instance: the instance that made the transition.
+func instanceSuffix(inst string) string { return " (instance " + inst + ")" }
 
 // settled reports whether r makes a probe needless at now: a probe passed
 // (eligible), an operator disabled it, or a cooldown still runs.
@@ -194,7 +198,7 @@ local function merge(seed)
   local raw = redis.call('GET', KEYS[1])
   local cur = nil
   if raw then cur = cjson.decode(raw) end
-  local rec, win, keep = new, true, true
+  local rec, win, keep, opnewer = new, true, true, false
   local hcur = {}
   if cur then
     local isop = new.stage == 'operator'
@@ -210,6 +214,7 @@ local function merge(seed)
       win = newer
     end
     keep = seed or win or isop or not opdis
+    opnewer = op > 0
     if not win then rec = cur end
     if op > 0 then
       rec.opat, rec.opinst = new.opat, new.opinst
@@ -248,7 +253,7 @@ local function merge(seed)
   rec.v = rec.v + 1
   local applied = 0
   if win then applied = 1 end
-  return rec, applied, added, raw
+  return rec, applied, win or opnewer or added > 0, raw
 end
 `
 
