@@ -170,7 +170,9 @@ func (t *Tracker) Shared(key string) (rs RemoteState, ok bool) {
 // and a new streak. A remote disabled disables it with the remote reason.
 // A transition to the state the record is already in (same Until when
 // cooling) changes nothing but the history. The history entry is bounded
-// like a local one; rs.History, when set, replaces the history.
+// like a local one; rs.History, when set, replaces the history. A record
+// the config disables is left alone, history included: the config has
+// the last word on disabled.
 func (t *Tracker) ApplyRemote(key string, rs RemoteState) bool {
 	r := t.Lookup(key)
 	if r == nil {
@@ -188,6 +190,12 @@ func (t *Tracker) ApplyRemote(key string, rs RemoteState) bool {
 	if r.removed {
 		r.mu.Unlock()
 		return false
+	}
+	if r.configDisabled {
+		// The config has the last word on disabled: only the config
+		// changing (Add) enables the record, not the fleet's record.
+		r.mu.Unlock()
+		return true
 	}
 	cur := State(r.state.Load())
 	left := rs.Until.Sub(wnow)
@@ -215,7 +223,6 @@ func (t *Tracker) ApplyRemote(key string, rs RemoteState) bool {
 			t.readmit(s, r, now, detail, &e)
 		case Disabled:
 			r.deadline, r.until = time.Time{}, time.Time{}
-			r.configDisabled = false
 			t.setState(r, now, Disabled, rs.Reason, rs.Stage, detail, nil, &e)
 		}
 	}

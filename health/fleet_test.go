@@ -259,3 +259,30 @@ func TestFleetSharedIsWhatWasPublished(t *testing.T) {
 		t.Errorf("history %+v", got.History)
 	}
 }
+
+// TestFleetConfigDisabledHasTheLastWord: an upstream the config disables
+// stays disabled whatever the fleet's record says (another instance's
+// probe passed, an operator enabled it elsewhere); only the config
+// changing enables it.
+func TestFleetConfigDisabledHasTheLastWord(t *testing.T) {
+	tr, clk := newFakeTracker(t, Config{StartEligible: true})
+	ff := &fakeFleet{}
+	tr.SetFleet(ff, nil, time.Second)
+	r := tr.Add("k", "up", nil, true)
+	at := wall(clk.Now())
+	for _, rs := range []RemoteState{
+		{Key: "k", State: Eligible, From: ProbeAllowed, Stage: StageProbe, Detail: "probe passed", At: at, Instance: "b"},
+		{Key: "k", State: ProbeAllowed, From: Disabled, Reason: Operator, Stage: StageOperator, Detail: "enabled by operator", At: at, Instance: "b"},
+		{Key: "k", State: Cooling, From: Eligible, Reason: Refused, Stage: StageDial, Until: at.Add(time.Minute), At: at, Instance: "b"},
+	} {
+		tr.ApplyRemote("k", rs)
+		if s := tr.Snapshot(r); s.State != Disabled || s.Detail != "disabled in config" {
+			t.Fatalf("after a remote %v: %v (%s), want disabled in config", rs.State, s.State, s.Detail)
+		}
+	}
+	// The config changing enables it.
+	tr.Add("k", "up", nil, false)
+	if got := tr.Snapshot(r).State; got != ProbeAllowed {
+		t.Fatalf("after the config enabled it: %v, want probe_allowed", got)
+	}
+}
