@@ -51,8 +51,15 @@ type Cluster struct {
 	instKey, sessPrefix, sessChannel string
 	instTTL                          time.Duration
 	instances                        atomic.Int64 // live instances last counted
-	loading                          atomic.Bool  // a session load runs
-	loadAgain                        atomic.Bool  // a session load is asked for
+	// beat is the heartbeat's own state, touched only by heartbeat (in
+	// Start, then on the sync loop).
+	beat struct {
+		since  int64     // Redis time (ms) of this process's first heartbeat; 0 before it
+		dup    bool      // another live process heartbeats under this instance name
+		logged time.Time // last warning about it
+	}
+	loading   atomic.Bool // a session load runs
+	loadAgain atomic.Bool // a session load is asked for
 
 	sessMu sync.Mutex // guards sessPending (apart from mu: SessionBound is on the data path)
 	// sessPending holds session bindings not yet written, latest per id.

@@ -48,7 +48,9 @@ type Config struct {
 	// password; it overrides one in the URL.
 	RedisPasswordEnv string `toml:"redis_password_env"`
 	// Instance names this instance in shared records and leases. Default:
-	// the hostname. Instances of one fleet must have distinct names.
+	// the hostname. Instances of one fleet must have distinct names: two
+	// live processes under one name are both counted for the shared
+	// limits, and each logs a warning (share.go).
 	Instance string `toml:"instance"`
 	// Prefix starts every Redis key and the pub/sub channel, so that
 	// several fleets can share one Redis. Default "rotor".
