@@ -5,6 +5,7 @@ package clustertest
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"net"
 	"os"
@@ -23,8 +24,9 @@ type Redis struct {
 	port int
 	dir  string // working directory: dump.rdb after a SAVE
 
-	mu  sync.Mutex
-	cmd *exec.Cmd // nil while stopped
+	mu     sync.Mutex
+	cmd    *exec.Cmd     // nil while stopped
+	exited chan struct{} // closed once cmd has exited (its Wait returned)
 }
 
 // Binary returns the redis-server path. When it is missing the test is
@@ -68,19 +70,52 @@ func (r *Redis) Start() {
 	if r.cmd != nil {
 		return
 	}
-	cmd := exec.Command(r.bin, "--save", "", "--appendonly", "no", "--port", strconv.Itoa(r.port),
+	deadline := time.Now().Add(10 * time.Second)
+spawn:
+	for {
+		cmd, exited, out := r.spawn()
+		for !ping(r.Addr()) {
+			select {
+			case <-exited:
+				// The port was taken meanwhile, most often briefly, as the
+				// ephemeral source port of some other connection on the
+				// machine (the port came from the ephemeral range): retry.
+				if time.Now().After(deadline) {
+					r.t.Fatalf("clustertest: redis-server on %s exited: %s", r.Addr(), out.String())
+				}
+				time.Sleep(100 * time.Millisecond)
+				continue spawn
+			default:
+			}
+			if time.Now().After(deadline) {
+				_ = cmd.Process.Kill()
+				<-exited
+				r.t.Fatalf("clustertest: redis-server on %s did not answer PING: %s", r.Addr(), out.String())
+			}
+			time.Sleep(20 * time.Millisecond) // process start-up: no event to wait on
+		}
+		r.cmd, r.exited = cmd, exited
+		return
+	}
+}
+
+// spawn starts one redis-server process. exited is closed once it has
+// exited; out (its output) may be read only then. Caller holds mu.
+func (r *Redis) spawn() (cmd *exec.Cmd, exited chan struct{}, out *bytes.Buffer) {
+	r.t.Helper()
+	cmd = exec.Command(r.bin, "--save", "", "--appendonly", "no", "--port", strconv.Itoa(r.port),
 		"--bind", "127.0.0.1", "--protected-mode", "no", "--loglevel", "warning", "--dir", r.dir)
+	out = &bytes.Buffer{}
+	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		r.t.Fatalf("clustertest: start redis-server: %v", err)
 	}
-	r.cmd = cmd
-	deadline := time.Now().Add(10 * time.Second)
-	for !ping(r.Addr()) {
-		if time.Now().After(deadline) {
-			r.t.Fatalf("clustertest: redis-server on %s did not answer PING", r.Addr())
-		}
-		time.Sleep(20 * time.Millisecond) // process start-up: no event to wait on
-	}
+	exited = make(chan struct{})
+	go func() { // owner: Redis; ends when the process exits (Stop kills it)
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	return cmd, exited, out
 }
 
 // Stop kills the server (by PID) and waits for it to exit. Idempotent.
@@ -91,7 +126,7 @@ func (r *Redis) Stop() {
 		return
 	}
 	_ = r.cmd.Process.Kill()
-	_ = r.cmd.Wait()
+	<-r.exited
 	r.cmd = nil
 }
 
