@@ -28,6 +28,9 @@ func TestClusterOperatorDisableHolds(t *testing.T) {
 		cooled  = func(by string, at int) step { return step{by, at, health.Cooling, health.StageDial} }
 		// permanent_after: disabled by the machine, not by an operator.
 		permanent = func(by string, at int) step { return step{by, at, health.Disabled, health.StageDial} }
+		// A record back in the config keeps its last stage, operator
+		// included, when it comes back eligible: no operator action.
+		revived = func(by string, at int) step { return step{by, at, health.Eligible, health.StageOperator} }
 	)
 	for _, tc := range []struct {
 		name  string
@@ -45,6 +48,7 @@ func TestClusterOperatorDisableHolds(t *testing.T) {
 		{"a newer disable after an enable", []step{disable("a", 0), enable("b", 10), passed("b", 20), disable("a", 30)}, health.Disabled},
 		{"newest automatic transition wins otherwise", []step{cooled("a", 10), passed("b", 5)}, health.Cooling},
 		{"permanent_after is not an operator disable", []step{permanent("a", 0), passed("b", 10)}, health.Eligible},
+		{"an eligible at stage operator does not end a disable", []step{disable("a", 0), revived("b", 10)}, health.Disabled},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rd := clustertest.Start(t)
@@ -56,7 +60,7 @@ func TestClusterOperatorDisableHolds(t *testing.T) {
 			for i, s := range tc.steps {
 				rs := health.RemoteState{Key: "k", State: s.state, Stage: s.stage, Reason: health.Refused,
 					Detail: "step " + string(rune('0'+i)), At: base.Add(time.Duration(s.at) * time.Millisecond)}
-				if s.stage == health.StageOperator {
+				if operatorAction(s.state, s.stage) {
 					rs.Reason = health.Operator
 				} else {
 					lastAuto = rs.Detail
@@ -79,7 +83,7 @@ func TestClusterOperatorDisableHolds(t *testing.T) {
 			// part of the record's history.
 			if tc.want == health.Disabled && rec.Stage == "operator" && lastAuto != "" {
 				last := tc.steps[len(tc.steps)-1]
-				if last.stage != health.StageOperator {
+				if !operatorAction(last.state, last.stage) {
 					for _, h := range rec.Hist {
 						if h.Detail == lastAuto {
 							t.Errorf("history lists %q, held off by the disable: %+v", lastAuto, rec.Hist)

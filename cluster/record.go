@@ -201,7 +201,7 @@ local function merge(seed)
   local rec, win, keep, opnewer = new, true, true, false
   local hcur = {}
   if cur then
-    local isop = new.stage == 'operator'
+    local isop = new.stage == 'operator' and (new.state == 'disabled' or new.state == 'probe_allowed')
     local opdis = cur.state == 'disabled' and cur.stage == 'operator'
     local op = cmp(new.opat, new.opinst, cur.opat, cur.opinst)
     local t = cmp(new.at, new.inst, cur.at, cur.inst)
