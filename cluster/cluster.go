@@ -23,6 +23,7 @@ import (
 type Tracker interface {
 	ApplyRemote(key string, rs health.RemoteState) bool
 	SetHistory(key string, h []health.Transition) bool
+	Shared(key string) (health.RemoteState, bool)
 	Policy() health.Policy
 	Records() []*health.Record
 }
@@ -50,8 +51,15 @@ type Cluster struct {
 	instKey, sessPrefix, sessChannel string
 	instTTL                          time.Duration
 	instances                        atomic.Int64 // live instances last counted
-	loading                          atomic.Bool  // a session load runs
-	loadAgain                        atomic.Bool  // a session load is asked for
+	// beat is the heartbeat's own state, touched only by heartbeat (in
+	// Start, then on the sync loop).
+	beat struct {
+		since  int64     // Redis time (ms) of this process's first heartbeat; 0 before it
+		dup    bool      // another live process heartbeats under this instance name
+		logged time.Time // last warning about it
+	}
+	loading   atomic.Bool // a session load runs
+	loadAgain atomic.Bool // a session load is asked for
 
 	sessMu sync.Mutex // guards sessPending (apart from mu: SessionBound is on the data path)
 	// sessPending holds session bindings not yet written, latest per id.
@@ -75,6 +83,7 @@ type Cluster struct {
 	pending  map[string]health.RemoteState // local transitions not yet written, latest per key
 	releases []string                      // lease keys to release once pending is written
 	seen     map[string]int64              // newest record version applied or written, per key
+	ops      map[string]stamp              // newest operator action known, per key (survives a Redis restart)
 	gen      string                        // Redis generation seen last ("" before the first contact)
 	down     bool                          // an outage was logged and has not ended
 	freshAt  time.Time                     // last (re)connection or new Redis generation
@@ -127,6 +136,7 @@ func New(cfg Config, tr Tracker, log zerolog.Logger) (*Cluster, error) {
 		kick:        make(chan struct{}, 1),
 		pending:     map[string]health.RemoteState{},
 		seen:        map[string]int64{},
+		ops:         map[string]stamp{},
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	return c, nil
@@ -288,6 +298,7 @@ func (c *Cluster) consider(rec record, force bool) {
 	c.applyMu.Lock()
 	defer c.applyMu.Unlock()
 	c.mu.Lock()
+	c.noteOp(rec)
 	if rec.Tok == c.tok {
 		c.seen[rec.Key] = max(c.seen[rec.Key], rec.V)
 		c.mu.Unlock()
@@ -306,6 +317,13 @@ func (c *Cluster) consider(rec record, force bool) {
 	}
 	rs = c.clamp(rs)
 	c.tr.ApplyRemote(rec.Key, rs)
+}
+
+// noteOp keeps the newest operator action rec knows of. Caller holds mu.
+func (c *Cluster) noteOp(rec record) {
+	if s := (stamp{rec.OpAt, rec.OpInst}); s.at != 0 && s.after(c.ops[rec.Key]) {
+		c.ops[rec.Key] = s
+	}
 }
 
 // clamp bounds a remote cooling deadline to the class's max cooldown plus
@@ -388,7 +406,7 @@ func (c *Cluster) syncLoop() {
 		}
 		c.heartbeat()
 		if time.Since(lastSync) >= c.cfg.Resync {
-			c.reconcile()
+			c.reconcile(false)
 			lastSync = time.Now()
 		}
 		c.flush()
@@ -428,6 +446,9 @@ func (c *Cluster) check() bool {
 	}
 	c.mu.Lock()
 	fresh := gen != c.gen || c.down || !c.connected.Load()
+	// A new generation after one seen before: Redis restarted empty or
+	// was flushed, and every record this instance knows is put back.
+	lost := c.gen != "" && gen != c.gen
 	wasDown := c.down
 	if gen != c.gen {
 		c.seen = map[string]int64{}
@@ -443,8 +464,11 @@ func (c *Cluster) check() bool {
 		if wasDown {
 			c.log.Info().Msg("redis reachable again: reconciling the fleet view")
 		}
+		if lost {
+			c.log.Warn().Msg("redis lost the fleet's records (restarted empty?): putting back what this instance knows")
+		}
 		c.flush()
-		c.reconcile()
+		c.reconcile(lost)
 		c.loadSessionsAsync()
 	}
 	return true
@@ -506,7 +530,17 @@ func (c *Cluster) requeue(key string, rs health.RemoteState) {
 // write runs writeScript for one transition. When the stored record was
 // newer, it is applied locally instead.
 func (c *Cluster) write(rs health.RemoteState) error {
-	b, err := json.Marshal(newRecord(rs, c.cfg.Instance, c.tok))
+	nr := newRecord(rs, c.cfg.Instance, c.tok)
+	if nr.OpAt == 0 {
+		// An automatic transition carries the newest operator action
+		// this instance knows, so that a store that lost it (restored
+		// from an older snapshot) does not hold an older disable over it.
+		c.mu.Lock()
+		op := c.ops[rs.Key]
+		c.mu.Unlock()
+		nr.OpAt, nr.OpInst = op.at, op.inst
+	}
+	b, err := json.Marshal(nr)
 	if err != nil {
 		return nil // cannot happen: plain fields
 	}
@@ -526,23 +560,34 @@ func (c *Cluster) write(rs health.RemoteState) error {
 		return nil
 	}
 	if applied == 1 {
-		c.mu.Lock()
-		c.seen[rec.Key] = max(c.seen[rec.Key], rec.V)
-		c.mu.Unlock()
-		// The shared history now holds this transition among the
-		// others': list the same one here as on every instance.
-		if shared, ok := rec.remote(); ok {
-			c.tr.SetHistory(rec.Key, shared.History)
-		}
+		c.applied(rec)
 		return nil
 	}
 	c.consider(rec, true)
 	return nil
 }
 
+// applied notes rec, the result of this instance's write that won.
+func (c *Cluster) applied(rec record) {
+	c.mu.Lock()
+	c.seen[rec.Key] = max(c.seen[rec.Key], rec.V)
+	c.noteOp(rec)
+	c.mu.Unlock()
+	// The shared history now holds this transition among the others':
+	// list the same one here as on every instance.
+	if shared, ok := rec.remote(); ok {
+		c.tr.SetHistory(rec.Key, shared.History)
+	}
+}
+
 // reconcile reads the shared record of every local upstream and applies
-// the ones newer than what this instance has seen.
-func (c *Cluster) reconcile() {
+// the ones newer than what this instance has seen. A record Redis lacks,
+// or holds with a version older than one seen (a Redis restored from an
+// older snapshot), is put back from what this instance knows (seed); with
+// all (Redis restarted empty) every record is, so that an operator's
+// disable is not lost to a state another instance wrote first into the
+// empty Redis.
+func (c *Cluster) reconcile(all bool) {
 	rs := c.tr.Records()
 	const chunk = 500
 	for i := 0; i < len(rs); i += chunk {
@@ -558,14 +603,30 @@ func (c *Cluster) reconcile() {
 			c.setDown(err)
 			return
 		}
-		for _, v := range vals {
+		var lost []seedItem
+		for j, v := range vals {
+			key := part[j].Key()
 			s, ok := v.(string)
 			if !ok {
+				lost = append(lost, seedItem{key: key})
 				continue
 			}
-			if rec, err := decodeRecord(s); err == nil && rec.Key != "" {
-				c.consider(rec, false)
+			rec, err := decodeRecord(s)
+			if err != nil || rec.Key != key {
+				continue
 			}
+			c.mu.Lock()
+			back := rec.V < c.seen[key]
+			c.mu.Unlock()
+			if all || back {
+				lost = append(lost, seedItem{key: key, stored: &rec})
+				continue
+			}
+			c.consider(rec, false)
+		}
+		if err := c.seed(lost); err != nil {
+			c.setDown(err)
+			return
 		}
 	}
 }

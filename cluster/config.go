@@ -10,7 +10,8 @@
 // health.FleetHook) and it never sits on the data path: picking an upstream
 // reads the tracker's local records, which the subscription keeps current.
 // With Redis unreachable every instance serves and classifies on its local
-// view and reconciles when Redis returns. Per-upstream limits are divided
+// view and reconciles when Redis returns; records a Redis that restarted
+// empty lost are put back from what the instances know. Per-upstream limits are divided
 // among the live instances and sticky sessions are shared (share.go,
 // docs/fleet.md), again without Redis on the data path.
 package cluster
@@ -47,7 +48,9 @@ type Config struct {
 	// password; it overrides one in the URL.
 	RedisPasswordEnv string `toml:"redis_password_env"`
 	// Instance names this instance in shared records and leases. Default:
-	// the hostname. Instances of one fleet must have distinct names.
+	// the hostname. Instances of one fleet must have distinct names: two
+	// live processes under one name are both counted for the shared
+	// limits, and each logs a warning (share.go).
 	Instance string `toml:"instance"`
 	// Prefix starts every Redis key and the pub/sub channel, so that
 	// several fleets can share one Redis. Default "rotor".
@@ -65,7 +68,8 @@ type Config struct {
 	// History is how many transitions the shared record keeps. Default 20.
 	History int `toml:"history"`
 	// Resync is how often every record is re-read from Redis, catching
-	// messages missed by a subscription that reconnected. Default 10s.
+	// messages missed by a subscription that reconnected, and records
+	// Redis lost (put back from what this instance knows). Default 10s.
 	Resync time.Duration `toml:"resync"`
 }
 

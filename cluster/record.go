@@ -26,6 +26,12 @@ type record struct {
 	At     int64  `json:"at"`   // time of the transition
 	Inst   string `json:"inst"` // instance that wrote the state
 	Tok    string `json:"tok"`  // that instance's process token
+	// OpAt and OpInst stamp the newest operator action (admin or config
+	// disable or enable) the record knows: operator actions are ordered
+	// among themselves by it, and one that disabled the upstream holds
+	// until a newer one (writeScript).
+	OpAt   int64  `json:"opat,omitempty"`
+	OpInst string `json:"opinst,omitempty"`
 	Hist   []hist `json:"hist,omitempty"`
 }
 
@@ -54,14 +60,26 @@ func fromMS(v int64) time.Time {
 	return time.UnixMilli(v)
 }
 
-// newRecord encodes a local transition (Round(0): wall clock only).
+// newRecord encodes a local transition (Round(0): wall clock only). An
+// operator action stamps the record with itself (OpAt, OpInst).
 func newRecord(rs health.RemoteState, inst, tok string) record {
-	return record{
+	r := record{
 		Key: rs.Key, State: rs.State.String(), From: rs.From.String(),
 		Reason: rs.Reason.String(), Stage: rs.Stage.String(), Detail: rs.Detail,
 		Until: ms(rs.Until.Round(0)), Streak: rs.Streak, At: ms(rs.At.Round(0)),
 		Inst: inst, Tok: tok,
 	}
+	if operatorAction(rs.State, rs.Stage) {
+		r.OpAt, r.OpInst = r.At, inst
+	}
+	return r
+}
+
+// operatorAction reports whether a transition to state at stage is an
+// operator's (an admin disable or enable, or the config's disabled
+// changing): only those end an operator's disable (writeScript).
+func operatorAction(state health.State, stage health.Stage) bool {
+	return stage == health.StageOperator && (state == health.Disabled || state == health.ProbeAllowed)
 }
 
 // remote decodes r for the tracker. Unknown strings (a newer peer) decode
@@ -81,14 +99,18 @@ func (r record) remote() (rs health.RemoteState, ok bool) {
 		_ = tr.To.UnmarshalText([]byte(h.To))
 		tr.Reason, _ = health.ParseClass(h.Reason)
 		_ = tr.Stage.UnmarshalText([]byte(h.Stage))
-		tr.At, tr.Detail = fromMS(h.At), h.Detail
+		tr.At, tr.Detail, tr.Instance = fromMS(h.At), h.Detail, h.Inst
 		if h.Inst != "" {
-			tr.Detail += " (instance " + h.Inst + ")"
+			tr.Detail += instanceSuffix(h.Inst)
 		}
 		rs.History = append(rs.History, tr)
 	}
 	return rs, true
 }
+
+// instanceSuffix is what a shared history entry's detail ends with on
+// every instance: the instance that made the transition.
+func instanceSuffix(inst string) string { return " (instance " + inst + ")" }
 
 // settled reports whether r makes a probe needless at now: a probe passed
 // (eligible), an operator disabled it, or a cooldown still runs.
@@ -109,46 +131,131 @@ func decodeRecord(s string) (record, error) {
 }
 
 // writeScript is the compare-and-set of a shared record, atomic in Redis.
-// The record's version increments on every write. The new transition
-// always joins the shared history (sorted by time, bounded by ARGV[2]); it
-// becomes the record's state only when it is not older than the stored
-// one (time, then instance name, breaks the tie), so concurrent
-// transitions from several instances never overwrite a newer one and every
-// instance converges on the same record. The result is published on
-// KEYS[2] in the same atomic step. Returns {1 if applied else 0, record}.
-var writeScript = redis.NewScript(`
-local new = cjson.decode(ARGV[1])
-local hmax = tonumber(ARGV[2])
-local entry = {at=new.at, from=new.from, to=new.state, reason=new.reason, stage=new.stage, detail=new.detail, inst=new.inst}
-local raw = redis.call('GET', KEYS[1])
-local rec
-local applied = 1
-if raw then
-  local cur = cjson.decode(raw)
-  local h = cur.hist
-  if type(h) ~= 'table' then h = {} end
-  table.insert(h, entry)
-  table.sort(h, function(a, b) return (tonumber(a.at) or 0) < (tonumber(b.at) or 0) end)
-  while #h > hmax do table.remove(h, 1) end
-  local cat, cinst = tonumber(cur.at) or 0, tostring(cur.inst or '')
-  if new.at > cat or (new.at == cat and new.inst >= cinst) then
-    rec = new
-  else
-    rec = cur
-    applied = 0
-  end
-  rec.hist = h
-  rec.v = (tonumber(cur.v) or 0) + 1
-else
-  rec = new
-  rec.hist = {entry}
-  rec.v = 1
-end
+// KEYS[1] is the record, KEYS[2] the channel; ARGV[1] the new record,
+// ARGV[2] the history bound. The record's version increments on every
+// write and the result is published on KEYS[2] in the same atomic step.
+// Returns {1 if the new state was applied else 0, record}.
+//
+// Which state wins (every instance converges on the one Redis keeps):
+//
+//   - An operator action (stage "operator": an admin disable or enable, or
+//     the config's disabled changing) is ordered only against operator
+//     actions, by their stamp (opat, opinst: time, then instance name). The
+//     record keeps the stamp of the newest one it knows. A newer operator
+//     action wins whatever the state's time; an older one does not.
+//   - While an operator action holds the upstream disabled, nothing else
+//     ends it: an automatic transition (a probe, a failure) never wins over
+//     it, whatever its time, and is not added to the history either.
+//   - Otherwise the transition that is not older wins (time, then
+//     instance name).
+//
+// A transition that does not win still joins the history (sorted by time,
+// bounded by ARGV[2]), so that concurrent transitions from several
+// instances are all listed; an identical entry is never listed twice.
+var writeScript = redis.NewScript(recordLua + `
+local rec, applied = merge(false)
 local out = cjson.encode(rec)
 redis.call('SET', KEYS[1], out)
 redis.call('PUBLISH', KEYS[2], out)
 return {applied, out}
 `)
+
+// recordLua is the part of writeScript shared with the re-seeding script:
+// merge(seed) decides between ARGV[1] and the stored record and merges the
+// history. A seed (a record put back, with its history, by an instance that
+// knows it) wins only when strictly newer, and brings its whole history.
+const recordLua = `
+local new = cjson.decode(ARGV[1])
+local hmax = tonumber(ARGV[2])
+
+local function num(v) return tonumber(v) or 0 end
+local function str(v)
+  if v == nil or v == cjson.null then return '' end
+  return tostring(v)
+end
+-- cmp orders two (time, instance) stamps: 1, 0 or -1.
+local function cmp(a1, i1, a2, i2)
+  a1, a2 = num(a1), num(a2)
+  if a1 ~= a2 then
+    if a1 > a2 then return 1 end
+    return -1
+  end
+  i1, i2 = str(i1), str(i2)
+  if i1 == i2 then return 0 end
+  if i1 > i2 then return 1 end
+  return -1
+end
+local function hkey(e) return str(e.at) .. '|' .. str(e.to) .. '|' .. str(e.inst) .. '|' .. str(e.detail) end
+
+local function merge(seed)
+  local entries = {}
+  if seed then
+    if type(new.hist) == 'table' then entries = new.hist end
+  else
+    entries = {{at=new.at, from=new.from, to=new.state, reason=new.reason, stage=new.stage, detail=new.detail, inst=new.inst}}
+  end
+  new.hist = nil
+  local raw = redis.call('GET', KEYS[1])
+  local cur = nil
+  if raw then cur = cjson.decode(raw) end
+  local rec, win, keep, opnewer = new, true, true, false
+  local hcur = {}
+  if cur then
+    local isop = new.stage == 'operator' and (new.state == 'disabled' or new.state == 'probe_allowed')
+    local opdis = cur.state == 'disabled' and cur.stage == 'operator'
+    local op = cmp(new.opat, new.opinst, cur.opat, cur.opinst)
+    local t = cmp(new.at, new.inst, cur.at, cur.inst)
+    local newer = t > 0 or (t == 0 and not seed)
+    if isop then
+      win = op > 0 or (op == 0 and newer)
+    elseif opdis then
+      win = op > 0 -- only a writer that knows a newer operator action
+    else
+      win = newer
+    end
+    keep = seed or win or isop or not opdis
+    opnewer = op > 0
+    if not win then rec = cur end
+    if op > 0 then
+      rec.opat, rec.opinst = new.opat, new.opinst
+    else
+      rec.opat, rec.opinst = cur.opat, cur.opinst
+    end
+    if type(cur.hist) == 'table' then hcur = cur.hist end
+    rec.v = num(cur.v)
+  else
+    rec.v = 0
+  end
+  local h, known, added = {}, {}, 0
+  for _, e in ipairs(hcur) do
+    table.insert(h, e)
+    known[hkey(e)] = true
+  end
+  if keep then
+    for _, e in ipairs(entries) do
+      local k = hkey(e)
+      if not known[k] then
+        known[k] = true
+        table.insert(h, e)
+        added = added + 1
+      end
+    end
+  end
+  local pos = {}
+  for i, e in ipairs(h) do pos[e] = i end
+  table.sort(h, function(a, b)
+    local x, y = num(a.at), num(b.at)
+    if x ~= y then return x < y end
+    return pos[a] < pos[b]
+  end)
+  while #h > hmax do table.remove(h, 1) end
+  if #h > 0 then rec.hist = h else rec.hist = nil end
+  rec.v = rec.v + 1
+  local applied = 0
+  if win then applied = 1 end
+  return rec, applied, win or opnewer or added > 0, raw
+end
+`
 
 // renewScript extends a lease if the caller still owns it.
 var renewScript = redis.NewScript(`

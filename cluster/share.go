@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"time"
 
@@ -12,9 +13,11 @@ import (
 // Shared limits and sticky sessions (issue 10). Neither ever waits on
 // Redis on the data path:
 //
-//   - Limits: every instance heartbeats its name into the sorted set
-//     "<prefix>:instances" (scored by Redis's own clock, so no skew) and
-//     counts the members heard from within instanceTTL. The count N goes
+//   - Limits: every process heartbeats its token ("<instance>/<random>")
+//     into the sorted set "<prefix>:instances" (scored by Redis's own
+//     clock, so no skew) and counts the members heard from within
+//     instanceTTL. Two processes under one instance name are both counted,
+//     and each warns about the other. The count N goes
 //     to the pool (Pool.SetInstances), which enforces a static local share
 //     of every endpoint's limits: ceil(max_conns/N) tunnels and rate/N new
 //     tunnels per second. During an outage the last count stays in force.
@@ -78,30 +81,53 @@ func (c *Cluster) SessionBound(id, key string, ttl time.Duration) {
 	c.wake()
 }
 
-// heartbeatScript records member ARGV[1] as live now (Redis's clock, in
-// ms), drops members silent for more than ARGV[2] ms and returns how many
-// are left.
+// heartbeatScript records member ARGV[1] (this process's token,
+// "<instance>/<random>") as live now (Redis's clock, in ms), drops members
+// silent for more than ARGV[2] ms, and returns {members left, other
+// members under this instance's name (prefix ARGV[3]) that heartbeat after
+// ARGV[4], ARGV[4]}. ARGV[4] is the time of this process's first
+// heartbeat (0 before it: now). A member under the same name that has not
+// heartbeaten since is a predecessor that died without leaving, not a
+// live duplicate.
 var heartbeatScript = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local ttl = tonumber(ARGV[2])
+local prefix = ARGV[3]
+local since = tonumber(ARGV[4])
+if since == 0 then since = now end
 redis.call('ZADD', KEYS[1], now, ARGV[1])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. (now - ttl))
 redis.call('PEXPIRE', KEYS[1], ttl * 2)
-return redis.call('ZCARD', KEYS[1])
+local dups = 0
+for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. since, '+inf')) do
+  if m ~= ARGV[1] and string.sub(m, 1, #prefix) == prefix then dups = dups + 1 end
+end
+return {redis.call('ZCARD', KEYS[1]), dups, since}
 `)
 
-// heartbeat refreshes this instance's membership and passes the live
-// count to the pool when it changed.
+// dupRepeat is how often a duplicate instance name is warned about again
+// while it lasts.
+const dupRepeat = time.Minute
+
+// heartbeat refreshes this process's membership, passes the live count to
+// the pool when it changed, and warns when another live process
+// heartbeats under this instance's name.
 func (c *Cluster) heartbeat() {
 	ctx, cancel := context.WithTimeout(c.ctx, opTimeout)
-	n, err := heartbeatScript.Run(ctx, c.rdb, []string{c.instKey}, c.cfg.Instance, c.instTTL.Milliseconds()).Int64()
+	res, err := heartbeatScript.Run(ctx, c.rdb, []string{c.instKey}, c.tok, c.instTTL.Milliseconds(),
+		c.cfg.Instance+"/", c.beat.since).Int64Slice()
 	cancel()
+	if err == nil && len(res) != 3 {
+		err = errors.New("cluster: unexpected heartbeat result")
+	}
 	if err != nil {
 		c.setDown(err)
 		return
 	}
-	n = max(n, 1)
+	n := max(res[0], 1)
+	c.beat.since = res[2]
+	c.noteDuplicates(int(res[1]))
 	c.mu.Lock()
 	settling := time.Since(c.freshAt) < min(c.instTTL, settleAfterConnect)
 	c.mu.Unlock()
@@ -121,6 +147,24 @@ func (c *Cluster) heartbeat() {
 	}
 }
 
+// noteDuplicates logs that others (a count) live processes heartbeat
+// under this instance's name: at once, then every dupRepeat while it
+// lasts, and once when it ends. Each process is counted for the shared
+// limits, so the shares stay right; but records, history and logs name
+// the instance, and cannot tell the processes apart.
+func (c *Cluster) noteDuplicates(others int) {
+	now := time.Now()
+	switch {
+	case others > 0 && (!c.beat.dup || now.Sub(c.beat.logged) >= dupRepeat):
+		c.beat.dup, c.beat.logged = true, now
+		c.log.Warn().Int("others", others).
+			Msg("fleet: another rotor process heartbeats under this instance name; give each instance its own [cluster] instance")
+	case others == 0 && c.beat.dup:
+		c.beat.dup = false
+		c.log.Info().Msg("fleet: no other process heartbeats under this instance name any more")
+	}
+}
+
 // leave removes this instance from the live set at shutdown, so the
 // others take over its share at once rather than after instanceTTL.
 func (c *Cluster) leave() {
@@ -129,7 +173,7 @@ func (c *Cluster) leave() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	_ = c.rdb.ZRem(ctx, c.instKey, c.cfg.Instance).Err()
+	_ = c.rdb.ZRem(ctx, c.instKey, c.tok).Err()
 }
 
 // flushSessions writes the queued session bindings and publishes them, in

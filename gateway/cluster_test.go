@@ -24,6 +24,8 @@ type fleet struct {
 	data    *upstreamtest.Target // sees client requests only
 	u1, u2  *upstreamtest.Server
 	members []*fleetMember
+
+	probeTimeout, cooldown string // of every instance's config (startFleet)
 }
 
 type fleetMember struct {
@@ -47,19 +49,39 @@ func (m *fleetMember) stop() {
 // serves both upstreams.
 func startFleet(t *testing.T, probeTimeout, cooldown string) *fleet {
 	t.Helper()
-	f := &fleet{
-		redis: clustertest.Start(t),
-		probe: upstreamtest.NewTarget(t),
-		data:  upstreamtest.NewTarget(t),
-		u1:    upstreamtest.NewSOCKS5(t, upstreamtest.Options{}),
-		u2:    upstreamtest.NewSOCKS5(t, upstreamtest.Options{}),
-	}
+	f := newFleet(t, probeTimeout, cooldown)
 	for _, name := range []string{"a", "b", "c"} {
-		d, err := time.ParseDuration(cooldown)
-		if err != nil {
-			t.Fatal(err)
-		}
-		text := fmt.Sprintf(`allow_private_destinations = true
+		f.add(t, name)
+	}
+	for _, m := range f.members {
+		f.ready(t, m)
+	}
+	return f
+}
+
+// newFleet starts the shared Redis and fake upstreams of a fleet with no
+// instance yet (add starts them).
+func newFleet(t *testing.T, probeTimeout, cooldown string) *fleet {
+	t.Helper()
+	if _, err := time.ParseDuration(cooldown); err != nil {
+		t.Fatal(err)
+	}
+	return &fleet{
+		redis:        clustertest.Start(t),
+		probe:        upstreamtest.NewTarget(t),
+		data:         upstreamtest.NewTarget(t),
+		u1:           upstreamtest.NewSOCKS5(t, upstreamtest.Options{}),
+		u2:           upstreamtest.NewSOCKS5(t, upstreamtest.Options{}),
+		probeTimeout: probeTimeout,
+		cooldown:     cooldown,
+	}
+}
+
+// add starts instance name (without waiting for Redis: it may be down).
+func (f *fleet) add(t *testing.T, name string) *fleetMember {
+	t.Helper()
+	d, _ := time.ParseDuration(f.cooldown)
+	text := fmt.Sprintf(`allow_private_destinations = true
 [probe]
 url = %q
 expect_status = [200]
@@ -87,21 +109,23 @@ name = "u2"
 socks5 = "127.0.0.1:0"
 http = "127.0.0.1:0"
 admin = "127.0.0.1:0"
-`, f.probe.URL("/ok"), probeTimeout, cooldown, (2 * d).String(), f.redis.URL(), name, f.u1.URL().String(), f.u2.URL().String())
-		srv, logs := newGateway(t, "fleet-"+name+".toml", text)
-		if err := srv.Start(); err != nil {
-			t.Fatalf("Start %s: %v", name, err)
-		}
-		m := &fleetMember{name: name, srv: srv, logs: logs}
-		t.Cleanup(m.stop)
-		f.members = append(f.members, m)
+`, f.probe.URL("/ok"), f.probeTimeout, f.cooldown, (2 * d).String(), f.redis.URL(), name, f.u1.URL().String(), f.u2.URL().String())
+	srv, logs := newGateway(t, "fleet-"+name+".toml", text)
+	if err := srv.Start(); err != nil {
+		t.Fatalf("Start %s: %v", name, err)
 	}
-	for _, m := range f.members {
-		fleetWait(t, 10*time.Second, m.name+" connected to redis", func() bool { return m.srv.fleet.Connected() })
-		waitState(t, m.srv, "u1", health.Eligible)
-		waitState(t, m.srv, "u2", health.Eligible)
-	}
-	return f
+	m := &fleetMember{name: name, srv: srv, logs: logs}
+	t.Cleanup(m.stop)
+	f.members = append(f.members, m)
+	return m
+}
+
+// ready waits until m is connected to Redis and serves both upstreams.
+func (f *fleet) ready(t *testing.T, m *fleetMember) {
+	t.Helper()
+	fleetWait(t, 10*time.Second, m.name+" connected to redis", func() bool { return m.srv.fleet.Connected() })
+	waitState(t, m.srv, "u1", health.Eligible)
+	waitState(t, m.srv, "u2", health.Eligible)
 }
 
 // waitFor polls cond every 10ms up to bound. Fleet state crosses Redis

@@ -119,6 +119,9 @@ type stateTransition struct {
 	Stage  health.Stage `json:"stage"`
 	Detail string       `json:"detail,omitempty"`
 	Target string       `json:"target,omitempty"`
+	// Instance is health.Transition.Instance (fleet mode), so that a
+	// restored record can be put back into an empty fleet store as it was.
+	Instance string `json:"instance,omitempty"`
 }
 
 type stateTarget struct {
@@ -328,7 +331,7 @@ func stateRecordOf(snap health.Snapshot, e *upstream.Endpoint) stateRecord {
 	}
 	for _, h := range snap.History {
 		r.History = append(r.History, stateTransition{At: h.At, From: h.From, To: h.To, Reason: h.Reason,
-			Stage: h.Stage, Detail: scrub(h.Detail), Target: h.Target})
+			Stage: h.Stage, Detail: scrub(h.Detail), Target: h.Target, Instance: h.Instance})
 	}
 	for _, t := range snap.Targets {
 		r.Targets = append(r.Targets, stateTarget{Host: t.Host, Reason: t.Reason, Stage: t.Stage, Until: t.Until, Streak: t.Streak})
@@ -348,7 +351,7 @@ func (r stateRecord) snapshot() health.Snapshot {
 	}
 	for _, h := range r.History {
 		s.History = append(s.History, health.Transition{At: h.At, From: h.From, To: h.To, Reason: h.Reason,
-			Stage: h.Stage, Detail: h.Detail, Target: h.Target})
+			Stage: h.Stage, Detail: h.Detail, Target: h.Target, Instance: h.Instance})
 	}
 	for _, t := range r.Targets {
 		s.Targets = append(s.Targets, health.TargetCooldown{Host: t.Host, Reason: t.Reason, Stage: t.Stage, Until: t.Until, Streak: t.Streak})

@@ -88,11 +88,20 @@ func (t *Tracker) SetFleet(hook FleetHook, gate ProbeGate, retry time.Duration) 
 	t.fleet.Store(&fleetHooks{hook: hook, gate: gate, retry: retry})
 }
 
+// restoredDetail is the detail of a state-file restore's transition.
+const restoredDetail = "restored from state file"
+
+// shared reports whether tr is a transition the fleet shares: not a
+// cooldown that ran out, a state-file restore (every instance derives or
+// holds those itself) or a per-target cooldown (local).
+func (tr Transition) shared() bool {
+	return tr.Target == "" && !(tr.To == ProbeAllowed && tr.Stage != StageOperator) && tr.Detail != restoredDetail
+}
+
 // sharedState builds the fleet record of r after transition tr, or nil
-// when tr is local-only: a cooldown that ran out or a state-file restore
-// (every instance derives or holds those itself). Caller holds r.mu.
+// when tr is local-only (Transition.shared). Caller holds r.mu.
 func sharedState(r *Record, tr Transition) *RemoteState {
-	if tr.To == ProbeAllowed && tr.Stage != StageOperator || tr.Detail == "restored from state file" {
+	if !tr.shared() {
 		return nil
 	}
 	return &RemoteState{
@@ -108,6 +117,49 @@ func (t *Tracker) publishFleet(rs RemoteState) {
 	}
 }
 
+// Shared returns what the fleet's store should hold for the record key,
+// for an instance that puts back what a store that restarted empty lost:
+// the record's last shared transition (its own, or one applied from the
+// fleet, with the instance that made it) as it was published, with the
+// shared part of its history (oldest first; Transition.Instance names the
+// instance of each entry applied from the fleet). ok is false when the
+// record is unknown or has made no shared transition that matches its
+// state (a fresh record: nothing to put back).
+func (t *Tracker) Shared(key string) (rs RemoteState, ok bool) {
+	r := t.Lookup(key)
+	if r == nil {
+		return rs, false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.removed {
+		return rs, false
+	}
+	all := r.hist.list()
+	hist := all[:0]
+	for _, tr := range all {
+		if tr.shared() {
+			hist = append(hist, tr)
+		}
+	}
+	if len(hist) == 0 {
+		return rs, false
+	}
+	last := hist[len(hist)-1]
+	cur := State(r.state.Load())
+	// A cooling record whose cooldown ran out is probe_allowed here and
+	// cooling (with an Until in the past) in the store.
+	if last.To != cur && !(last.To == Cooling && cur == ProbeAllowed) {
+		return rs, false
+	}
+	rs = RemoteState{Key: r.key, State: last.To, From: last.From, Reason: last.Reason, Stage: last.Stage,
+		Detail: last.Detail, Streak: r.streak, At: last.At, Instance: last.Instance, History: hist}
+	if last.To == Cooling {
+		rs.Until = r.until
+	}
+	return rs, true
+}
+
 // ApplyRemote applies a transition another instance made to the record
 // key, without publishing it again, and reports whether the record exists.
 // wnow-relative: a cooling Until ahead of this instance's wall clock cools
@@ -118,7 +170,9 @@ func (t *Tracker) publishFleet(rs RemoteState) {
 // and a new streak. A remote disabled disables it with the remote reason.
 // A transition to the state the record is already in (same Until when
 // cooling) changes nothing but the history. The history entry is bounded
-// like a local one; rs.History, when set, replaces the history.
+// like a local one; rs.History, when set, replaces the history. A record
+// the config disables is left alone, history included: the config has
+// the last word on disabled.
 func (t *Tracker) ApplyRemote(key string, rs RemoteState) bool {
 	r := t.Lookup(key)
 	if r == nil {
@@ -136,6 +190,12 @@ func (t *Tracker) ApplyRemote(key string, rs RemoteState) bool {
 	if r.removed {
 		r.mu.Unlock()
 		return false
+	}
+	if r.configDisabled {
+		// The config has the last word on disabled: only the config
+		// changing (Add) enables the record, not the fleet's record.
+		r.mu.Unlock()
+		return true
 	}
 	cur := State(r.state.Load())
 	left := rs.Until.Sub(wnow)
@@ -163,7 +223,6 @@ func (t *Tracker) ApplyRemote(key string, rs RemoteState) bool {
 			t.readmit(s, r, now, detail, &e)
 		case Disabled:
 			r.deadline, r.until = time.Time{}, time.Time{}
-			r.configDisabled = false
 			t.setState(r, now, Disabled, rs.Reason, rs.Stage, detail, nil, &e)
 		}
 	}

@@ -198,3 +198,91 @@ func TestFleetOffPublishesNothing(t *testing.T) {
 		t.Errorf("published with fleet mode off: %+v", pub)
 	}
 }
+
+func TestFleetSharedIsWhatWasPublished(t *testing.T) {
+	tr, clk := newFakeTracker(t, Config{StartEligible: true, Cooldown: CooldownConfig{Jitter: -1}, ScopeTargetHTTPError: ScopeTarget})
+	ff := &fakeFleet{}
+	tr.SetFleet(ff, nil, time.Second)
+	r := tr.Add("k", "up", nil, false)
+	if _, ok := tr.Shared("k"); ok {
+		t.Fatal("a fresh record has something to put back")
+	}
+	// A per-target cooldown is local: still nothing to put back.
+	tr.Fail(r, &Failure{Class: TargetHTTPError, Stage: StageHTTPStatus, Target: "shop.example"})
+	if s, ok := tr.Shared("k"); ok || len(tr.Snapshot(r).History) != 1 {
+		t.Fatalf("after a per-target cooldown: Shared %+v %v, history %+v", s, ok, tr.Snapshot(r).History)
+	}
+	if _, ok := tr.Shared("nope"); ok {
+		t.Fatal("an unknown record has something to put back")
+	}
+	last := func() RemoteState {
+		t.Helper()
+		pub, _, _ := ff.snapshot()
+		if len(pub) == 0 {
+			t.Fatal("nothing published")
+		}
+		return pub[len(pub)-1]
+	}
+	// Each shared state reads back as it was published.
+	same := func(what string, n int) {
+		t.Helper()
+		want := last()
+		got, ok := tr.Shared("k")
+		if !ok || got.State != want.State || got.Reason != want.Reason || got.Stage != want.Stage ||
+			got.Detail != want.Detail || !got.At.Equal(want.At) || !got.Until.Equal(want.Until) {
+			t.Fatalf("%s: Shared %+v %v, published %+v", what, got, ok, want)
+		}
+		if len(got.History) != n {
+			t.Errorf("%s: history %+v, want %d entries", what, got.History, n)
+		}
+	}
+	tr.Fail(r, &Failure{Class: Refused, Stage: StageDial})
+	same("cooling", 1)
+	clk.Advance(time.Second)
+	tr.Disable(r, "maintenance")
+	same("disabled", 2)
+	clk.Advance(time.Second)
+	tr.Enable(r)
+	same("enabled", 3)
+	// A remote state keeps the instance that made it, on the state and on
+	// every history entry the fleet shared.
+	at := wall(clk.Now()).Add(time.Second)
+	tr.ApplyRemote("k", RemoteState{Key: "k", State: Disabled, From: ProbeAllowed, Reason: Operator, Stage: StageOperator,
+		Detail: "disabled via admin API", At: at, Instance: "b",
+		History: []Transition{{At: at, From: ProbeAllowed, To: Disabled, Reason: Operator, Stage: StageOperator,
+			Detail: "disabled via admin API (instance b)", Instance: "b"}}})
+	got, ok := tr.Shared("k")
+	if !ok || got.State != Disabled || got.Instance != "b" || got.Detail != "disabled via admin API (instance b)" || !got.At.Equal(at) {
+		t.Fatalf("after a remote disable: %+v %v", got, ok)
+	}
+	if len(got.History) != 1 || got.History[0].Instance != "b" {
+		t.Errorf("history %+v", got.History)
+	}
+}
+
+// TestFleetConfigDisabledHasTheLastWord: an upstream the config disables
+// stays disabled whatever the fleet's record says (another instance's
+// probe passed, an operator enabled it elsewhere); only the config
+// changing enables it.
+func TestFleetConfigDisabledHasTheLastWord(t *testing.T) {
+	tr, clk := newFakeTracker(t, Config{StartEligible: true})
+	ff := &fakeFleet{}
+	tr.SetFleet(ff, nil, time.Second)
+	r := tr.Add("k", "up", nil, true)
+	at := wall(clk.Now())
+	for _, rs := range []RemoteState{
+		{Key: "k", State: Eligible, From: ProbeAllowed, Stage: StageProbe, Detail: "probe passed", At: at, Instance: "b"},
+		{Key: "k", State: ProbeAllowed, From: Disabled, Reason: Operator, Stage: StageOperator, Detail: "enabled by operator", At: at, Instance: "b"},
+		{Key: "k", State: Cooling, From: Eligible, Reason: Refused, Stage: StageDial, Until: at.Add(time.Minute), At: at, Instance: "b"},
+	} {
+		tr.ApplyRemote("k", rs)
+		if s := tr.Snapshot(r); s.State != Disabled || s.Detail != "disabled in config" {
+			t.Fatalf("after a remote %v: %v (%s), want disabled in config", rs.State, s.State, s.Detail)
+		}
+	}
+	// The config changing enables it.
+	tr.Add("k", "up", nil, false)
+	if got := tr.Snapshot(r).State; got != ProbeAllowed {
+		t.Fatalf("after the config enabled it: %v, want probe_allowed", got)
+	}
+}

@@ -55,6 +55,11 @@ type Transition struct {
 	// Target is set on a per-target cooldown entry (From == To): the
 	// record cooled for that host only.
 	Target string
+	// Instance names the fleet instance that made the transition on an
+	// entry of the fleet's shared history (Detail then already ends with
+	// " (instance <name>)"); it is empty on a local entry not shared (yet)
+	// and in single-process mode.
+	Instance string
 }
 
 // TargetCooldown is a cooldown scoped to one target host.
@@ -202,7 +207,7 @@ func (t *Tracker) Restore(key string, s Snapshot) bool {
 	if r == nil {
 		return false
 	}
-	return t.restore(r, s, "restored from state file", false)
+	return t.restore(r, s, restoredDetail, false)
 }
 
 // restore applies s to r as Restore describes; with keepEligible an

@@ -1,10 +1,11 @@
 // Package clustertest runs a private redis-server for fleet tests: on a
-// free loopback port, without persistence, stopped by PID through
-// t.Cleanup. It owns no production code and is imported only by tests.
+// free loopback port, without automatic persistence (a test that wants a
+// restart to keep the data sends SAVE), stopped by PID through t.Cleanup. It owns no production code and is imported only by tests.
 package clustertest
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"net"
 	"os"
@@ -21,9 +22,11 @@ type Redis struct {
 	t    testing.TB
 	bin  string
 	port int
+	dir  string // working directory: dump.rdb after a SAVE
 
-	mu  sync.Mutex
-	cmd *exec.Cmd // nil while stopped
+	mu     sync.Mutex
+	cmd    *exec.Cmd     // nil while stopped
+	exited chan struct{} // closed once cmd has exited (its Wait returned)
 }
 
 // Binary returns the redis-server path. When it is missing the test is
@@ -45,7 +48,7 @@ func Binary(t testing.TB) string {
 // Start runs redis-server on a free 127.0.0.1 port.
 func Start(t testing.TB) *Redis {
 	t.Helper()
-	r := &Redis{t: t, bin: Binary(t), port: freePort(t)}
+	r := &Redis{t: t, bin: Binary(t), port: freePort(t), dir: t.TempDir()}
 	r.Start()
 	t.Cleanup(r.Stop)
 	return r
@@ -57,8 +60,9 @@ func (r *Redis) Addr() string { return "127.0.0.1:" + strconv.Itoa(r.port) }
 // URL is the redis:// URL of database 0.
 func (r *Redis) URL() string { return "redis://" + r.Addr() + "/0" }
 
-// Start (re)starts the server on its port, empty, and waits until it
-// answers PING.
+// Start (re)starts the server on its port and waits until it answers
+// PING. It starts empty unless a SAVE since the first Start wrote a
+// snapshot, which it then loads (a Redis restarted with its data).
 func (r *Redis) Start() {
 	r.t.Helper()
 	r.mu.Lock()
@@ -66,19 +70,52 @@ func (r *Redis) Start() {
 	if r.cmd != nil {
 		return
 	}
-	cmd := exec.Command(r.bin, "--save", "", "--appendonly", "no", "--port", strconv.Itoa(r.port),
-		"--bind", "127.0.0.1", "--protected-mode", "no", "--loglevel", "warning")
+	deadline := time.Now().Add(10 * time.Second)
+spawn:
+	for {
+		cmd, exited, out := r.spawn()
+		for !ping(r.Addr()) {
+			select {
+			case <-exited:
+				// The port was taken meanwhile, most often briefly, as the
+				// ephemeral source port of some other connection on the
+				// machine (the port came from the ephemeral range): retry.
+				if time.Now().After(deadline) {
+					r.t.Fatalf("clustertest: redis-server on %s exited: %s", r.Addr(), out.String())
+				}
+				time.Sleep(100 * time.Millisecond)
+				continue spawn
+			default:
+			}
+			if time.Now().After(deadline) {
+				_ = cmd.Process.Kill()
+				<-exited
+				r.t.Fatalf("clustertest: redis-server on %s did not answer PING: %s", r.Addr(), out.String())
+			}
+			time.Sleep(20 * time.Millisecond) // process start-up: no event to wait on
+		}
+		r.cmd, r.exited = cmd, exited
+		return
+	}
+}
+
+// spawn starts one redis-server process. exited is closed once it has
+// exited; out (its output) may be read only then. Caller holds mu.
+func (r *Redis) spawn() (cmd *exec.Cmd, exited chan struct{}, out *bytes.Buffer) {
+	r.t.Helper()
+	cmd = exec.Command(r.bin, "--save", "", "--appendonly", "no", "--port", strconv.Itoa(r.port),
+		"--bind", "127.0.0.1", "--protected-mode", "no", "--loglevel", "warning", "--dir", r.dir)
+	out = &bytes.Buffer{}
+	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		r.t.Fatalf("clustertest: start redis-server: %v", err)
 	}
-	r.cmd = cmd
-	deadline := time.Now().Add(10 * time.Second)
-	for !ping(r.Addr()) {
-		if time.Now().After(deadline) {
-			r.t.Fatalf("clustertest: redis-server on %s did not answer PING", r.Addr())
-		}
-		time.Sleep(20 * time.Millisecond) // process start-up: no event to wait on
-	}
+	exited = make(chan struct{})
+	go func() { // owner: Redis; ends when the process exits (Stop kills it)
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	return cmd, exited, out
 }
 
 // Stop kills the server (by PID) and waits for it to exit. Idempotent.
@@ -89,7 +126,7 @@ func (r *Redis) Stop() {
 		return
 	}
 	_ = r.cmd.Process.Kill()
-	_ = r.cmd.Wait()
+	<-r.exited
 	r.cmd = nil
 }
 
