@@ -69,6 +69,12 @@ func (s *Server) Watch(ctx context.Context, hup <-chan os.Signal) {
 		}
 	}
 	reload := func(why string) {
+		if s.cfg.Load().Path() == "" {
+			// Built-in defaults: without this line a SIGHUP logged
+			// "reloading" and then nothing.
+			s.log.Info().Str("reason", why).Msg("nothing to reload: running on built-in defaults (no config file)")
+			return
+		}
 		s.log.Info().Str("reason", why).Msg("reloading")
 		// What the reload reads is at least as new as what is seen now,
 		// so a change made during the reload still differs afterwards.

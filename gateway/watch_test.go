@@ -188,3 +188,29 @@ func TestWatchSetChanged(t *testing.T) {
 		})
 	}
 }
+
+// TestWatchSIGHUPOnDefaults: with no config file a SIGHUP logged
+// "reloading" and then nothing; it now says there is nothing to reload.
+func TestWatchSIGHUPOnDefaults(t *testing.T) {
+	logs := &logBuffer{}
+	srv, err := New(Defaults(), Options{Log: zerolog.New(logs)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	hup := make(chan os.Signal, 1)
+	watching := make(chan struct{})
+	go func() { defer close(watching); srv.Watch(ctx, hup) }()
+	t.Cleanup(func() {
+		cancel()
+		<-watching
+		_ = srv.Shutdown(context.Background())
+	})
+	hup <- os.Interrupt
+	eventuallyTrue(t, "the SIGHUP answered", func() bool {
+		return strings.Contains(logs.String(), `"level":"info","reason":"SIGHUP","message":"nothing to reload: running on built-in defaults (no config file)"`)
+	})
+	if strings.Contains(logs.String(), `"message":"reloading"`) {
+		t.Errorf("a SIGHUP on built-in defaults claimed to reload: %s", logs.String())
+	}
+}
