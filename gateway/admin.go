@@ -443,10 +443,20 @@ func (s *Server) record(e *upstream.Endpoint) upstreamJSON {
 // appears. Details come from errors that should never carry it (upstream
 // redacts its errors); this is the last line of defence for the API.
 func passwordScrubber(e *upstream.Endpoint) func(string) string {
+	return scrubPassword(endpointPassword(e))
+}
+
+// endpointPassword is e's upstream password, or "".
+func endpointPassword(e *upstream.Endpoint) string {
 	pw := ""
 	if e.URL != nil && e.URL.User != nil {
 		pw, _ = e.URL.User.Password()
 	}
+	return pw
+}
+
+// scrubPassword returns a filter that replaces pw wherever it appears.
+func scrubPassword(pw string) func(string) string {
 	if len(pw) < 3 { // a one- or two-letter password would shred every detail
 		return func(s string) string { return s }
 	}

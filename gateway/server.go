@@ -56,6 +56,10 @@ type Server struct {
 	h1            h1Front  // the HTTP proxy front's connections
 	hijackRelease sync.Map // net.Conn → func(): slot of a hijacked conn, until its tunnel ends
 
+	// removedSecrets lets the state file scrub the records kept of
+	// removed upstreams (apply notes them).
+	removedSecrets removedSecrets
+
 	listCounts map[string]int // upstreams per list file in the running config (apply; Reload is serialised)
 	mu         sync.Mutex     // guards listeners and servers
 	listeners  map[string]net.Listener
@@ -178,9 +182,13 @@ func (s *Server) upstreamSpecs(cfg *Config) ([]upstream.Spec, map[string]int, er
 // credentials.
 func (s *Server) apply(cfg *Config, specs []upstream.Spec, lists map[string]int) error {
 	before := s.statesByName()
+	old := s.pool.Endpoints()
 	added, removed, err := s.pool.Update(specs)
 	if err != nil {
 		return err
+	}
+	if len(removed) > 0 {
+		s.removedSecrets.note(old, s.pool.Endpoints())
 	}
 	s.logApplied(cfg, added, removed, before)
 	s.listCounts = lists

@@ -6,6 +6,13 @@ package gateway
 // nothing to another process) and turned back into tracker deadlines by
 // health.Tracker.Restore.
 //
+// The records the tracker keeps of removed upstreams (for 15 minutes, so
+// that an upstream back in the config gets its record back) are written
+// too, under "removed" with the wall-clock time of the removal, and go
+// back into the tracker on start (health.Tracker.RestoreRemoved): the
+// promise holds across a restart. Files without "removed" (written
+// before it existed) load as before; older rotors ignore it.
+//
 // Writes are atomic: a temporary file in the same directory, fsync,
 // rename over the old file, fsync of the directory. A crash leaves either
 // the old or the new snapshot, never a torn one. A file that cannot be
@@ -81,6 +88,8 @@ type stateDoc struct {
 	Version int           `json:"version"`
 	Written time.Time     `json:"written"`
 	Records []stateRecord `json:"records"`
+	// Removed is left out when empty.
+	Removed []stateRemoved `json:"removed,omitempty"`
 }
 
 // stateRecord is one upstream record, keyed by the endpoint's identity
@@ -103,6 +112,14 @@ type stateRecord struct {
 	LastProbe    time.Time               `json:"last_probe,omitzero"`
 	History      []stateTransition       `json:"history"`
 	Targets      []stateTarget           `json:"targets,omitempty"`
+}
+
+// stateRemoved is the record kept of an upstream that left the config
+// (health.Removed).
+type stateRemoved struct {
+	stateRecord
+	RemovedAt      time.Time `json:"removed_at"`
+	ConfigDisabled bool      `json:"config_disabled,omitempty"`
 }
 
 type stateCount struct {
@@ -242,6 +259,62 @@ func (s *Server) writeState() {
 	}
 }
 
+// removedSecrets holds the passwords of upstreams that left the config,
+// by identity key, while the tracker keeps their records: the state file
+// scrubs those records (health.Tracker.ExportRemoved) as it scrubs live
+// ones, and the endpoint that knew the password is gone.
+type removedSecrets struct {
+	mu sync.Mutex
+	// mu guards the field below.
+	pw map[string]string
+}
+
+// note keeps the passwords of the endpoints of before that are not in
+// after (a config load removed them).
+func (rs *removedSecrets) note(before, after []*upstream.Endpoint) {
+	keys := make(map[string]bool, len(after))
+	for _, e := range after {
+		keys[e.Key] = true
+	}
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	for _, e := range before {
+		if pw := endpointPassword(e); !keys[e.Key] && pw != "" {
+			if rs.pw == nil {
+				rs.pw = map[string]string{}
+			}
+			rs.pw[e.Key] = pw
+		}
+	}
+}
+
+// scrubbers returns a scrubber for each record of gone and forgets the
+// passwords of upstreams not among them any more (back in the config, or
+// forgotten by the tracker), so the map stays within the tracker's bound.
+func (rs *removedSecrets) scrubbers(gone []health.Removed) []func(string) string {
+	out := make([]func(string) string, len(gone))
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	found := 0
+	for i, g := range gone {
+		pw, ok := rs.pw[g.Snapshot.Key]
+		if ok {
+			found++
+		}
+		out[i] = scrubPassword(pw)
+	}
+	if found < len(rs.pw) {
+		keep := make(map[string]string, found)
+		for _, g := range gone {
+			if pw, ok := rs.pw[g.Snapshot.Key]; ok {
+				keep[g.Snapshot.Key] = pw
+			}
+		}
+		rs.pw = keep
+	}
+	return out
+}
+
 // errStateBlocked is returned by saveState when a file that could not be
 // read or set aside occupies the path.
 var errStateBlocked = errors.New("state file: not writing over a file that could not be read or set aside")
@@ -265,9 +338,21 @@ func (s *Server) saveState() error {
 	eps := s.pool.Endpoints()
 	recs := make([]stateRecord, 0, len(eps))
 	for _, e := range eps {
-		recs = append(recs, stateRecordOf(s.tr.Snapshot(e.Record()), e))
+		recs = append(recs, stateRecordOf(s.tr.Snapshot(e.Record()), e.Key, passwordScrubber(e)))
+	}
+	gone := s.tr.ExportRemoved()
+	removed := make([]stateRemoved, 0, len(gone))
+	scrubs := s.removedSecrets.scrubbers(gone)
+	for i, g := range gone {
+		removed = append(removed, stateRemoved{stateRecord: stateRecordOf(g.Snapshot, g.Snapshot.Key, scrubs[i]),
+			RemovedAt: g.At.UTC(), ConfigDisabled: g.ConfigDisabled})
 	}
 	body, err := encodeRecords(recs)
+	if err == nil && len(removed) > 0 {
+		var more []byte
+		more, err = encodeRecords(removed)
+		body = append(append(body, ",\n  \"removed\": "...), more...)
+	}
 	if err != nil {
 		return fmt.Errorf("state file: encode: %w", err)
 	}
@@ -294,7 +379,7 @@ func (s *Server) saveState() error {
 // line: a line per upstream stays greppable, and at 100,000 upstreams the
 // file is about a third smaller (and quicker to write) than indented
 // JSON (measured on a half-cooling pool).
-func encodeRecords(recs []stateRecord) ([]byte, error) {
+func encodeRecords[R any](recs []R) ([]byte, error) {
 	var b bytes.Buffer
 	b.WriteString("[")
 	for i := range recs {
@@ -312,10 +397,9 @@ func encodeRecords(recs []stateRecord) ([]byte, error) {
 	return b.Bytes(), nil
 }
 
-// stateRecordOf converts a snapshot for the file, scrubbing e's password
-// from details as the admin API does.
-func stateRecordOf(snap health.Snapshot, e *upstream.Endpoint) stateRecord {
-	scrub := passwordScrubber(e)
+// stateRecordOf converts a snapshot of the record for key for the file,
+// scrubbing details as the admin API does (passwordScrubber).
+func stateRecordOf(snap health.Snapshot, key string, scrub func(string) string) stateRecord {
 	r := stateRecord{
 		Key: snap.Key, Name: snap.Name, State: snap.State, Reason: snap.Reason, Stage: snap.Stage,
 		Detail: scrub(snap.Detail), Until: snap.Until, Failures: snap.Failures,
@@ -324,7 +408,7 @@ func stateRecordOf(snap health.Snapshot, e *upstream.Endpoint) stateRecord {
 		History: make([]stateTransition, 0, len(snap.History)),
 	}
 	if r.Key == "" {
-		r.Key = e.Key
+		r.Key = key
 	}
 	for _, c := range snap.Counts {
 		r.Counts = append(r.Counts, stateCount{Class: c.Class, Stage: c.Stage, N: c.N})
@@ -396,7 +480,9 @@ func (s *Server) loadState() error {
 		byKey[r.Key] = r
 	}
 	restored := 0
+	configured := make(map[string]bool, len(s.pool.Endpoints()))
 	for _, e := range s.pool.Endpoints() {
+		configured[e.Key] = true
 		r, ok := byKey[e.Key]
 		if !ok {
 			continue
@@ -405,7 +491,25 @@ func (s *Server) loadState() error {
 			restored++
 		}
 	}
+	// Records of removed upstreams: onto an upstream back in the config,
+	// else kept for the rest of their 15 minutes.
+	revived, kept, expired := 0, 0, 0
+	for _, r := range doc.Removed {
+		if _, live := byKey[r.Key]; live {
+			continue // not in files rotor writes; the live record wins
+		}
+		rm := health.Removed{Snapshot: r.snapshot(), ConfigDisabled: r.ConfigDisabled, At: r.RemovedAt}
+		switch ok := s.tr.RestoreRemoved(rm); {
+		case !ok:
+			expired++
+		case configured[r.Key]:
+			revived++
+		default:
+			kept++
+		}
+	}
 	s.log.Info().Str("path", path).Int("restored", restored).Int("stale", len(doc.Records)-restored).
+		Int("revived", revived).Int("removed", kept).Int("expired", expired).
 		Time("written", doc.Written).Msg("state file restored")
 	return nil
 }
@@ -426,6 +530,11 @@ func parseState(data []byte) (*stateDoc, error) {
 	for i, r := range doc.Records {
 		if r.Key == "" {
 			return nil, fmt.Errorf("record %d has no key", i)
+		}
+	}
+	for i, r := range doc.Removed {
+		if r.Key == "" || r.RemovedAt.IsZero() {
+			return nil, fmt.Errorf("removed record %d has no key or no removed_at", i)
 		}
 	}
 	return &doc, nil

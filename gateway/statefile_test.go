@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/rotor-proxy/rotor/health"
 	"github.com/rotor-proxy/rotor/health/healthtest"
+	"github.com/rotor-proxy/rotor/upstream"
 )
 
 // stateConfig is adminConfig with a state file in dir.
@@ -153,6 +155,8 @@ func TestStateFileCorrupt(t *testing.T) {
 		{"empty", ""},
 		{"unknown version", `{"version": 99, "records": []}`},
 		{"unknown state", `{"version": 1, "records": [{"key": "direct://", "state": "melted"}]}`},
+		{"removed record without key", `{"version": 1, "records": [], "removed": [{"state": "disabled", "removed_at": "2026-11-29T21:59:00Z"}]}`},
+		{"removed record without time", `{"version": 1, "records": [], "removed": [{"key": "direct://", "state": "disabled"}]}`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -348,5 +352,149 @@ func TestStateDelayFollowsWriteCost(t *testing.T) {
 		if got := stateDelay(tt.cost); got != tt.want {
 			t.Errorf("stateDelay(%v) = %v, want %v", tt.cost, got, tt.want)
 		}
+	}
+}
+
+// TestStateFileKeepsRemovedRecords: a removed upstream's record is kept
+// in the state file for goneKeep (15 minutes) after its removal, so that
+// the upstream back in the config after a restart gets it back, as it does
+// without one. It was dropped from the file at the reload that removed it:
+// after a restart an operator's disable and the history were gone.
+func TestStateFileKeepsRemovedRecords(t *testing.T) {
+	dir := t.TempDir()
+	full := stateConfig(dir)
+	withoutBob := full[:strings.Index(full, "[[upstream]]\nurl  = \"http://bob")]
+	path := filepath.Join(dir, "state", "rotor-state.json")
+	clk := fixedClock()
+
+	// Run 1: bob disabled by an operator, then removed from the config.
+	a, _ := newStateServer(t, full, clk)
+	a.startStateFile()
+	a.tr.Disable(a.pool.Lookup("bob@127.0.0.1:2").Record(), "bad exit IPs; pw "+canary)
+	next, err := ParseConfig("state_test.toml", []byte(withoutBob))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Reload(next); err != nil {
+		t.Fatal(err)
+	}
+	a.stopStateFile()
+	data, _ := os.ReadFile(path)
+	if strings.Contains(string(data), canary) {
+		t.Errorf("state file contains the removed upstream's password:\n%s", data)
+	}
+	if n, got := len(readStateDoc(t, path).Records), removedIn(t, path); n != 1 || len(got) != 1 || !got["bob@127.0.0.1:2"].Equal(clk.Now()) {
+		t.Fatalf("state file after the removal: %d records, removed %v; want dc-1 and bob removed at %v", n, got, clk.Now())
+	}
+
+	// Run 2, two minutes later: still without bob; the record stays kept.
+	clk.Advance(2 * time.Minute)
+	b, _ := newStateServer(t, withoutBob, clk)
+	b.startStateFile()
+	b.stopStateFile()
+	if got := removedIn(t, path); len(got) != 1 {
+		t.Fatalf("a restart without bob dropped its kept record: %v", got)
+	}
+
+	// Run 3, ten minutes after the removal: bob is back with its record.
+	clk.Advance(8 * time.Minute)
+	c, logs := newStateServer(t, full, clk)
+	c.startStateFile()
+	bob := snapOf(t, c, "bob@127.0.0.1:2")
+	if bob.State != health.Disabled || bob.Reason != health.Operator {
+		t.Fatalf("bob back after a restart: %v %v, want disabled operator", bob.State, bob.Reason)
+	}
+	var details []string
+	for _, h := range bob.History {
+		details = append(details, h.Detail)
+	}
+	if len(details) < 2 || !strings.Contains(details[0], "bad exit IPs") || !strings.Contains(details[len(details)-1], "back in the config 10m0s after its removal") {
+		t.Errorf("bob's history after the restart: %q", details)
+	}
+	if !strings.Contains(logs.String(), `"revived":1`) {
+		t.Errorf("the record back in the config not logged: %s", logs.String())
+	}
+	c.stopStateFile()
+	if n, got := len(readStateDoc(t, path).Records), removedIn(t, path); n != 2 || len(got) != 0 {
+		t.Errorf("bob back: %d records, removed %v; want 2 and none", n, got)
+	}
+}
+
+// TestStateFileRemovedExpire: a kept record past 15 minutes from its
+// removal is not restored, neither onto an upstream back in the config
+// nor for one re-added later, and leaves the file.
+func TestStateFileRemovedExpire(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "state", "rotor-state.json")
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	removed := func(key, name, ago string) string {
+		return `{"key": "` + key + `", "name": "` + name + `", "state": "disabled", "reason": "operator", "stage": "operator", "detail": "gone", "history": [], "removed_at": "` + ago + `"}`
+	}
+	doc := `{"version": 1, "written": "2026-11-29T21:59:00Z", "records": [],
+	  "removed": [
+	    ` + removed("http://bob@127.0.0.1:2", "bob@127.0.0.1:2", "2026-11-29T21:45:00Z") + `,
+	    ` + removed("socks5://gone@10.9.9.9:1080", "gone", "2026-11-29T21:44:59Z") + `,
+	    ` + removed("socks5://later@10.9.9.9:1080", "later", "2026-11-29T21:59:00Z") + `
+	]}`
+	if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	srv, logs := newStateServer(t, stateConfig(dir), fixedClock()) // 22:00:00
+	srv.startStateFile()
+	if got := snapOf(t, srv, "bob@127.0.0.1:2"); got.State != health.Eligible {
+		t.Errorf("bob removed 15 minutes ago: %v, want a fresh eligible record", got.State)
+	}
+	if !strings.Contains(logs.String(), `"revived":0,"removed":1,"expired":2`) {
+		t.Errorf("restore counts not logged: %s", logs.String())
+	}
+	srv.stopStateFile()
+	if got := removedIn(t, path); len(got) != 1 || got["later"].IsZero() {
+		t.Errorf("removed records written back: %v, want only later", got)
+	}
+}
+
+// removedIn returns the removed records of the state file at path: name
+// → removed_at.
+func removedIn(t *testing.T, path string) map[string]time.Time {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("state file: %v", err)
+	}
+	var doc struct {
+		Removed []struct {
+			Name      string    `json:"name"`
+			RemovedAt time.Time `json:"removed_at"`
+		} `json:"removed"`
+	}
+	if err := json.Unmarshal(data, &doc); err != nil {
+		t.Fatalf("state file: %v\n%s", err, data)
+	}
+	out := map[string]time.Time{}
+	for _, r := range doc.Removed {
+		out[r.Name] = r.RemovedAt
+	}
+	return out
+}
+
+// TestRemovedSecretsPruned: the passwords kept to scrub removed records
+// are dropped once the tracker no longer keeps the record.
+func TestRemovedSecretsPruned(t *testing.T) {
+	bob := &upstream.Endpoint{Key: "http://bob@127.0.0.1:2", URL: &url.URL{Scheme: "http", User: url.UserPassword("bob", canary), Host: "127.0.0.1:2"}}
+	dc1 := &upstream.Endpoint{Key: "socks5://alice@127.0.0.1:1", URL: &url.URL{Scheme: "socks5", User: url.UserPassword("alice", "other-pw"), Host: "127.0.0.1:1"}}
+	var rs removedSecrets
+	rs.note([]*upstream.Endpoint{bob, dc1}, []*upstream.Endpoint{dc1})
+	gone := []health.Removed{{Snapshot: health.Snapshot{Key: bob.Key}}}
+	if got := rs.scrubbers(gone)[0]("x " + canary); got != "x xxxxx" {
+		t.Errorf("removed bob's detail scrubbed to %q", got)
+	}
+	if len(rs.pw) != 1 {
+		t.Errorf("%d passwords kept, want bob's only", len(rs.pw))
+	}
+	rs.scrubbers(nil) // bob back in the config, or forgotten
+	if len(rs.pw) != 0 {
+		t.Errorf("%d passwords kept after the record left the tracker, want 0", len(rs.pw))
 	}
 }

@@ -10,16 +10,26 @@ import (
 )
 
 // reloadDebounce lets an editor finish a multi-step save before reloading.
+// It also spaces the re-checks that unrelated changes in a watched
+// directory cause, at most one per reloadDebounce.
 const reloadDebounce = 300 * time.Millisecond
 
 // Watch reloads on every signal from hup (SIGHUP) and on every change of the
 // config file or its list files, until ctx ends. One watcher lives for the
 // whole run, so a change made while a reload is in progress is queued, not
 // lost; after each reload the set of files is re-read, so an
-// [[upstream_file]] added by a reload is watched too. Directories are
-// watched rather than files, so editors that replace a file (write +
-// rename) and Kubernetes ConfigMap symlink swaps are seen. Failures are
-// logged with FILE:LINE and change nothing.
+// [[upstream_file]] added by a reload is watched too. Failures are logged
+// with FILE:LINE and change nothing.
+//
+// Directories are watched rather than files: the directory of each file,
+// and the directory its symlinks lead to. An event naming a watched file
+// (an in-place write, an editor's write + rename, delete + recreate)
+// reloads after reloadDebounce. Any other event in those directories makes
+// Watch look at every watched file again (watchSet) and reload when one
+// now resolves to another file or its stat identity changed: a Kubernetes
+// ConfigMap update swaps the ..data symlink the files lead through
+// (ln -s v2 ..data_tmp && mv -T ..data_tmp ..data) and names none of them.
+// Other churn in the directories reloads nothing.
 func (s *Server) Watch(ctx context.Context, hup <-chan os.Signal) {
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
@@ -34,11 +44,21 @@ func (s *Server) Watch(ctx context.Context, hup <-chan os.Signal) {
 	}
 	dirs := map[string]bool{}
 	files := map[string]bool{}
+	var ws watchSet
 	refresh := func() {
 		files = s.watchedFiles()
-		for f := range files {
-			d := filepath.Dir(f)
-			if w == nil || dirs[d] {
+		want := ws.set(files)
+		if w == nil {
+			return
+		}
+		for d := range dirs {
+			if !want[d] {
+				_ = w.Remove(d) // fails when the directory went away: nothing left to remove
+				delete(dirs, d)
+			}
+		}
+		for d := range want {
+			if dirs[d] {
 				continue
 			}
 			if err := w.Add(d); err != nil {
@@ -49,14 +69,23 @@ func (s *Server) Watch(ctx context.Context, hup <-chan os.Signal) {
 		}
 	}
 	reload := func(why string) {
+		if s.cfg.Load().Path() == "" {
+			// Built-in defaults: without this line a SIGHUP logged
+			// "reloading" and then nothing.
+			s.log.Info().Str("reason", why).Msg("nothing to reload: running on built-in defaults (no config file)")
+			return
+		}
 		s.log.Info().Str("reason", why).Msg("reloading")
+		// What the reload reads is at least as new as what is seen now,
+		// so a change made during the reload still differs afterwards.
+		ws.changed()
 		if err := s.ReloadFile(); err != nil {
 			s.log.Error().Str("err", err.Error()).Msg("reload rejected: keeping the running config")
 		}
 		refresh()
 	}
 	refresh()
-	var debounce <-chan time.Time
+	var debounce, recheck <-chan time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -68,8 +97,13 @@ func (s *Server) Watch(ctx context.Context, hup <-chan os.Signal) {
 				events = nil
 				continue
 			}
-			if files[filepath.Clean(ev.Name)] && ev.Op&(fsnotify.Write|fsnotify.Create|fsnotify.Rename|fsnotify.Remove) != 0 {
+			switch {
+			case files[filepath.Clean(ev.Name)] && ev.Op&(fsnotify.Write|fsnotify.Create|fsnotify.Rename|fsnotify.Remove) != 0:
 				debounce = time.After(reloadDebounce)
+			case recheck == nil:
+				// Not reset by later events, so steady churn (a log
+				// file next to the config) cannot postpone it for ever.
+				recheck = time.After(reloadDebounce)
 			}
 		case err, ok := <-errs:
 			if !ok {
@@ -77,6 +111,11 @@ func (s *Server) Watch(ctx context.Context, hup <-chan os.Signal) {
 				continue
 			}
 			s.log.Warn().Err(err).Msg("file watch error")
+		case <-recheck:
+			recheck = nil
+			if ws.changed() {
+				debounce = time.After(reloadDebounce)
+			}
 		case <-debounce:
 			debounce = nil
 			reload("config file changed")
@@ -97,6 +136,75 @@ func (s *Server) watchedFiles() map[string]bool {
 		files[filepath.Clean(absPath(cfg.resolve(f.Path)))] = true
 	}
 	return files
+}
+
+// fileID is what Watch compares to tell whether a watched file changed:
+// the file its path resolves to through every symlink, and that file's
+// stat identity (device and inode, size, modification time, mode).
+type fileID struct {
+	target string      // "" when the path does not resolve
+	info   os.FileInfo // nil when target cannot be stat'ed
+}
+
+func statFile(path string) fileID {
+	target, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return fileID{}
+	}
+	info, err := os.Stat(target)
+	if err != nil {
+		return fileID{target: target}
+	}
+	return fileID{target: target, info: info}
+}
+
+func (a fileID) same(b fileID) bool {
+	if a.target != b.target || (a.info == nil) != (b.info == nil) {
+		return false
+	}
+	return a.info == nil || os.SameFile(a.info, b.info) && a.info.Size() == b.info.Size() &&
+		a.info.ModTime().Equal(b.info.ModTime()) && a.info.Mode() == b.info.Mode()
+}
+
+// watchSet is what Watch last saw of each watched file. Only Watch's
+// goroutine uses it.
+type watchSet struct {
+	seen map[string]fileID // by clean absolute path
+}
+
+// set makes files the watched set, keeping what was seen of the files
+// still in it and looking at the new ones, and returns the directories to
+// watch: each file's own, and the one its resolved target is in.
+func (ws *watchSet) set(files map[string]bool) map[string]bool {
+	seen := make(map[string]fileID, len(files))
+	dirs := make(map[string]bool, 2*len(files))
+	for f := range files {
+		id, ok := ws.seen[f]
+		if !ok {
+			id = statFile(f)
+		}
+		seen[f] = id
+		dirs[filepath.Dir(f)] = true
+		if id.target != "" {
+			dirs[filepath.Dir(id.target)] = true
+		}
+	}
+	ws.seen = seen
+	return dirs
+}
+
+// changed looks at every watched file again and reports whether any
+// differs from when it was last seen; what it sees now becomes the
+// reference.
+func (ws *watchSet) changed() bool {
+	diff := false
+	for f, old := range ws.seen {
+		if id := statFile(f); !id.same(old) {
+			ws.seen[f] = id
+			diff = true
+		}
+	}
+	return diff
 }
 
 func absPath(p string) string {

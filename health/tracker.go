@@ -71,7 +71,10 @@ type Tracker struct {
 	// mu guards the fields below.
 	records map[string]*Record
 	gone    map[string]goneRecord // recently removed records, by key (see Add)
-	forgets bool                  // a kindForget item is scheduled
+	// forgetAt is when the next kindForget item is due; zero when none is
+	// scheduled. Items due later than it may be in the heap too: they
+	// only sweep again.
+	forgetAt time.Time
 }
 
 // goneRecord is what Remove keeps of a record for goneKeep: an upstream
@@ -79,7 +82,11 @@ type Tracker struct {
 type goneRecord struct {
 	snap           Snapshot
 	configDisabled bool
-	at             time.Time // tracker clock
+	at             time.Time // tracker clock; its wall clock is the removal's
+	// restarted is set on a record a state file kept across a restart
+	// (RestoreRemoved): it comes back as a restored record does, an
+	// eligible one probed first.
+	restarted bool
 }
 
 // goneKeep is how long a removed record is remembered, and goneMax how
@@ -208,7 +215,11 @@ func (t *Tracker) revive(r *Record, g goneRecord, disabled bool) {
 		snap.State, snap.Reason, snap.Stage, snap.Detail, snap.Until = cur, reason, stage, detail, time.Time{}
 	}
 	ago := t.clock.Now().Sub(g.at).Round(time.Second)
-	t.restore(r, snap, fmt.Sprintf("back in the config %s after its removal: record kept", ago), true)
+	detail := fmt.Sprintf("back in the config %s after its removal: record kept", ago)
+	if g.restarted {
+		detail = fmt.Sprintf("back in the config %s after its removal, across a restart: record kept", ago)
+	}
+	t.restore(r, snap, detail, !g.restarted)
 }
 
 // Remove drops the record for key (the upstream left the config). It is
@@ -242,14 +253,16 @@ func (t *Tracker) Remove(key string) {
 		Msg("upstream removed")
 }
 
-// remember keeps g for key (Remove), dropping what is past goneKeep when
-// goneMax is reached, and then arbitrary entries: a bound, not an order.
+// remember keeps g for key (Remove, RestoreRemoved), dropping what is
+// past goneKeep when goneMax is reached, and then arbitrary entries: a
+// bound, not an order.
 func (t *Tracker) remember(key string, g goneRecord) {
+	now := t.clock.Now()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if len(t.gone) >= goneMax {
 		for k, old := range t.gone {
-			if g.at.Sub(old.at) >= goneKeep {
+			if now.Sub(old.at) >= goneKeep {
 				delete(t.gone, k)
 			}
 		}
@@ -261,9 +274,11 @@ func (t *Tracker) remember(key string, g goneRecord) {
 		}
 	}
 	t.gone[key] = g
-	if !t.forgets {
-		t.forgets = true
-		t.sched.push(item{at: g.at.Add(goneKeep), kind: kindForget})
+	// A record restored from a state file may end before the sweep
+	// already scheduled.
+	if end := g.at.Add(goneKeep); !t.forgetAt.After(now) || end.Before(t.forgetAt) {
+		t.forgetAt = end
+		t.sched.push(item{at: end, kind: kindForget})
 		t.kickProber()
 	}
 }
@@ -282,9 +297,12 @@ func (t *Tracker) forget(now time.Time) {
 			next = end
 		}
 	}
-	t.forgets = !next.IsZero()
-	if t.forgets {
+	switch pending := t.forgetAt.After(now); {
+	case !next.IsZero() && (!pending || next.Before(t.forgetAt)):
+		t.forgetAt = next
 		t.sched.push(item{at: next, kind: kindForget})
+	case next.IsZero() && !pending:
+		t.forgetAt = time.Time{}
 	}
 }
 
