@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/rotor-proxy/rotor/health"
@@ -46,20 +47,104 @@ func idempotent(method string) bool {
 	return false
 }
 
-// countingBody lets rotor know whether any byte of a large request body
-// was consumed, so a request that never left can still be retried.
+// countingBody is a streamed request body on its way to an upstream (the
+// Transport reads it, on its own goroutine). It lets rotor know whether
+// any byte was consumed, so a request that never left can still be
+// retried, and it marks at the source every error reading the client's
+// body (a *clientBodyError): those are the client's, whatever the
+// Transport then wraps them in or does to the upstream connection.
 type countingBody struct {
-	r io.Reader
-	n atomic.Int64
+	r   io.Reader
+	n   atomic.Int64
+	eof atomic.Bool                     // the body was read to its end
+	err atomic.Pointer[clientBodyError] // the first read error
 }
 
 func (b *countingBody) Read(p []byte) (int, error) {
 	n, err := b.r.Read(p)
 	b.n.Add(int64(n))
+	switch {
+	case err == io.EOF:
+		b.eof.Store(true)
+	case err != nil:
+		ce := &clientBodyError{err: err}
+		if !b.err.CompareAndSwap(nil, ce) {
+			ce = b.err.Load()
+		}
+		return n, ce
+	}
 	return n, err
 }
 
 func (b *countingBody) Close() error { return nil }
+
+// failed returns the error that ended reading the client's body, or nil
+// (also for a nil b: no streamed body).
+func (b *countingBody) failed() *clientBodyError {
+	if b == nil {
+		return nil
+	}
+	return b.err.Load()
+}
+
+// sending reports whether the client is still sending the body: not
+// read to its end and not failed. A nil b has nothing to send.
+func (b *countingBody) sending() bool {
+	return b != nil && !b.eof.Load() && b.err.Load() == nil
+}
+
+// clientBodyError is an error reading the client's request body while it
+// was forwarded: a malformed chunked framing, a body that stalled for the
+// body idle limit, or one that ended before its end (the client went
+// away). It is the client's doing: never reported to an upstream's
+// health, no other upstream is tried, and the client is told its own
+// fault (clientBodyAnswer).
+type clientBodyError struct{ err error }
+
+func (e *clientBodyError) Error() string {
+	return "reading the client's request body: " + e.err.Error()
+}
+func (e *clientBodyError) Unwrap() error { return e.err }
+
+// clientBodyFault is what went wrong with a client's body.
+type clientBodyFault int
+
+const (
+	bodyMalformed clientBodyFault = iota // framing the parser refused (chunk-size line "zz")
+	bodyStalled                          // no byte within the body idle limit
+	bodyGone                             // ended early or the connection failed: the client left
+)
+
+// fault sorts e's cause: a timeout is the body idle limit (headLimit); an
+// early end (io.ErrUnexpectedEOF from net/http's body reader) or a
+// connection error is a client that went away; anything else net/http's
+// body reader made up itself, so the framing was bad.
+func (e *clientBodyError) fault() clientBodyFault {
+	var ne net.Error
+	switch {
+	case errors.As(e.err, &ne) && ne.Timeout():
+		return bodyStalled
+	case errors.Is(e.err, io.ErrUnexpectedEOF), errors.Is(e.err, io.EOF), errors.Is(e.err, net.ErrClosed),
+		errors.As(e.err, new(*net.OpError)), errors.As(e.err, new(syscall.Errno)):
+		return bodyGone
+	}
+	return bodyMalformed
+}
+
+// clientBodyAnswer tells the client that its request body failed, when
+// no answer has begun: 400 for a malformed or truncated body, 408 for one
+// that stalled (RFC 9110 section 15.5.9). To a client that left it goes
+// nowhere, harmlessly; one that only half-closed reads it.
+func clientBodyAnswer(w http.ResponseWriter, e *clientBodyError, idle time.Duration) {
+	switch e.fault() {
+	case bodyStalled:
+		plainError(w, http.StatusRequestTimeout, "bad_request", "request body stalled: no bytes for "+idle.String())
+	case bodyGone:
+		plainError(w, http.StatusBadRequest, "bad_request", "the request body ended before its end")
+	default:
+		plainError(w, http.StatusBadRequest, "bad_request", "malformed request body: "+e.err.Error())
+	}
+}
 
 // serveForward forwards one absolute-URI http:// request. Each request on a
 // kept-alive client connection is a new pick from the pool; upstream
@@ -153,7 +238,7 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 	var lastEP *upstream.Endpoint
 	fail := func(err error) {
 		if last != nil {
-			n, berr := s.relay(ctx, w, last, lastEP, strings.ToLower(addr), cfg.SlowBody.Stall)
+			n, berr := s.relay(ctx, w, last, lastEP, strings.ToLower(addr), cfg.SlowBody.Stall, nil)
 			s.pool.Release(lastEP)
 			s.logForward(id, r, params.User, lastEP, att, berr, n, start)
 			return
@@ -188,6 +273,18 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 			resp, err = nil, errSwitchingProtocols
 		}
 		if err != nil {
+			// The client's body failed while it was sent: that is the
+			// client's, however the upstream exchange ended because of it.
+			ce := big.failed()
+			if ce == nil {
+				errors.As(err, &ce)
+			}
+			if ce != nil {
+				att.Neutral(e)
+				clientBodyAnswer(w, ce, s.h1.bodyIdle)
+				s.logForward(id, r, params.User, e, att, ce, 0, start)
+				return
+			}
 			err = directSlowIsTarget(e, classifyForwardErr(err, host))
 		}
 		if err == nil {
@@ -225,7 +322,7 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 			last, lastEP = resp, e
 			continue
 		}
-		n, berr := s.relay(ctx, w, resp, e, strings.ToLower(addr), cfg.SlowBody.Stall)
+		n, berr := s.relay(ctx, w, resp, e, strings.ToLower(addr), cfg.SlowBody.Stall, big)
 		s.pool.Release(e)
 		s.logForward(id, r, params.User, e, att, berr, n, start)
 		return
@@ -267,11 +364,19 @@ func forwardAddr(u *url.URL) string {
 // ends before its end (the upstream's error, or silent for stall, which
 // is reported as slow_body) the client's answer is aborted, so the cut
 // shows; the error is returned for the request's log line, unless the
-// client went away itself.
-func (s *Server) relay(ctx context.Context, w http.ResponseWriter, resp *http.Response, e *upstream.Endpoint, target string, stall time.Duration) (int64, error) {
-	n, stalled, err := s.writeResponse(w, resp, e, stall)
+// client went away itself. reqBody is the client's streamed request body
+// (nil when none): while it is still being sent the stall clock does not
+// run (the target may wait for the rest of it), and when reading it
+// failed the answer ends because of the client, which is what is logged
+// and nothing is reported.
+func (s *Server) relay(ctx context.Context, w http.ResponseWriter, resp *http.Response, e *upstream.Endpoint, target string, stall time.Duration, reqBody *countingBody) (int64, error) {
+	n, stalled, err := s.writeResponse(w, resp, e, stall, reqBody.sending)
 	if err == nil {
 		return n, nil
+	}
+	if ce := reqBody.failed(); ce != nil {
+		abortAnswer(w)
+		return n, ce
 	}
 	if stalled {
 		f := &health.Failure{Class: health.SlowBody, Stage: health.StageBody, Target: target,
@@ -404,11 +509,13 @@ func beforeRequest(err error) bool {
 }
 
 // writeResponse relays resp to the client, naming the upstream. A body
-// that goes silent for stall is cut off (stalled). err is why the body
-// ended before its end: the upstream's read error (a chunked or sized
-// body cut short reads io.ErrUnexpectedEOF) or the stall. It is nil at
-// the body's end and when the client went away.
-func (s *Server) writeResponse(w http.ResponseWriter, resp *http.Response, e *upstream.Endpoint, stall time.Duration) (total int64, stalled bool, err error) {
+// that goes silent for stall is cut off (stalled), except while hold
+// reports true (the client is still sending its request body): then the
+// stall clock starts again. err is why the body ended before its end:
+// the upstream's read error (a chunked or sized body cut short reads
+// io.ErrUnexpectedEOF) or the stall. It is nil at the body's end and
+// when the client went away.
+func (s *Server) writeResponse(w http.ResponseWriter, resp *http.Response, e *upstream.Endpoint, stall time.Duration, hold func() bool) (total int64, stalled bool, err error) {
 	defer resp.Body.Close()
 	h := w.Header()
 	for k, v := range resp.Header {
@@ -417,11 +524,27 @@ func (s *Server) writeResponse(w http.ResponseWriter, resp *http.Response, e *up
 	removeHop(h)
 	h.Set("X-Rotor-Upstream", e.Name)
 	w.WriteHeader(resp.StatusCode)
-	var cut atomic.Bool
+	var cut, done atomic.Bool
 	var timer *time.Timer
 	if stall > 0 {
-		timer = time.AfterFunc(stall, func() { cut.Store(true); resp.Body.Close() })
-		defer timer.Stop()
+		// Armed by the Reset below, once timer is set. The callback
+		// re-arms it itself while hold() is true, until done: a re-arm
+		// racing the Stop fires once more and does nothing.
+		timer = time.AfterFunc(time.Hour, func() {
+			switch {
+			case done.Load():
+			case hold():
+				timer.Reset(stall)
+			default:
+				cut.Store(true)
+				resp.Body.Close()
+			}
+		})
+		timer.Reset(stall)
+		defer func() {
+			done.Store(true)
+			timer.Stop()
+		}()
 	}
 	flusher, _ := w.(http.Flusher)
 	bp := bufPool.Get().(*[]byte)
