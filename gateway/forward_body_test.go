@@ -121,6 +121,20 @@ func TestForwardClientBodyErrorIsTheClients(t *testing.T) {
 		noFailures(t, srv, "a")
 		noFailures(t, srv, "b")
 	})
+
+	t.Run("client half-closes mid-body", func(t *testing.T) {
+		// An EOF while the body is still due is a client that left, not
+		// a half-close after a complete request.
+		srv, logs := bodyGateway(t, time.Minute, "")
+		c, _ := h1Dial(t, srv)
+		io.WriteString(c, head+"5\r\nhello\r\n")
+		_ = c.(*net.TCPConn).CloseWrite()
+		if line := forwardLine(t, logs); !strings.Contains(line, `"outcome":"client_gone"`) {
+			t.Errorf("log line %s, want outcome client_gone", line)
+		}
+		noFailures(t, srv, "a")
+		noFailures(t, srv, "b")
+	})
 }
 
 // TestForwardStallWhileUploading: the stall clock of an answer that began

@@ -31,6 +31,10 @@ import (
 // context, as with net/http, so the upstream exchange ends at once and is
 // not blamed: instead of a read kept pending on every request, a timer
 // peeks at the socket every h1ClientCheck while a request runs longer.
+// An EOF there after a complete request is a half-close, which a client
+// may do and still read the answer (RFC 9112 section 9.6): the request is
+// served, then the connection closes. Only a reset, or an EOF while the
+// request body is still due, means the client left.
 
 const (
 	// h1MaxHeader bounds a request's head (net/http's MaxHeaderBytes was
@@ -84,11 +88,24 @@ type h1Conn struct {
 
 	idle     bool // waiting for a request: Shutdown may close it (h1Front.mu)
 	hijacked bool
+	// halfClosed: the client ended its sending side after a complete
+	// request (checkClient saw EOF); the connection closes after the answer.
+	halfClosed atomic.Bool
 
 	wmu    sync.Mutex         // guards the fields below (the client watch)
 	cancel context.CancelFunc // the running request's; nil between requests
+	body   *h1Body            // the running request's body
 	watch  *time.Timer        // runs checkClient while a request is served
 }
+
+// peerState is what a peek at the client's socket found (peekClient).
+type peerState int
+
+const (
+	peerOpen peerState = iota // bytes queued, or nothing yet
+	peerEOF                   // the client ended its sending side (half-closed, or closed)
+	peerGone                  // reset, or another error
+)
 
 // headLimit is the reader under the connection's bufio.Reader: while a
 // request head is read it allows at most remain bytes; while a body is
@@ -360,9 +377,10 @@ func (hc *h1Conn) serveRequest(req *http.Request) bool {
 	defer cancel()
 	req = req.WithContext(ctx)
 	w := &h1Writer{hc: hc, req: req, h: http.Header{}, cl: -1}
-	body := &h1Body{r: req.Body}
+	body := &h1Body{r: req.Body, br: hc.br}
+	body.buffered.Store(int64(hc.br.Buffered()))
 	if req.Body == nil || req.Body == http.NoBody {
-		body.eof = true
+		body.eof.Store(true)
 	} else {
 		if e := req.Header.Get("Expect"); e != "" {
 			if !strings.EqualFold(e, "100-continue") {
@@ -378,7 +396,7 @@ func (hc *h1Conn) serveRequest(req *http.Request) bool {
 		}
 		req.Body = body
 	}
-	hc.handle(w, req, cancel)
+	hc.handle(w, req, body, cancel)
 	if hc.hijacked {
 		return false
 	}
@@ -386,27 +404,28 @@ func (hc *h1Conn) serveRequest(req *http.Request) bool {
 	if w.err != nil {
 		return false
 	}
-	if !body.eof {
+	if !body.eof.Load() {
 		// A body the handler left unread is still on the wire: closing is
 		// simpler and safer than reading it to find the next request.
 		hc.lingerClose()
 		return false
 	}
-	return !w.closeAfter
+	return !w.closeAfter && !hc.halfClosed.Load()
 }
 
 // handle runs the proxy handler with the client watched.
-func (hc *h1Conn) handle(w *h1Writer, req *http.Request, cancel context.CancelFunc) {
-	hc.startWatch(cancel)
+func (hc *h1Conn) handle(w *h1Writer, req *http.Request, body *h1Body, cancel context.CancelFunc) {
+	hc.startWatch(body, cancel)
 	defer hc.stopWatch()
 	hc.s.h1.handler.ServeHTTP(w, req)
 }
 
 // startWatch arms the client check for the request cancel belongs to.
-func (hc *h1Conn) startWatch(cancel context.CancelFunc) {
+func (hc *h1Conn) startWatch(body *h1Body, cancel context.CancelFunc) {
 	hc.wmu.Lock()
 	defer hc.wmu.Unlock()
 	hc.cancel = cancel
+	hc.body = body
 	if hc.watch == nil {
 		hc.watch = time.AfterFunc(h1ClientCheck, hc.checkClient)
 	} else {
@@ -419,21 +438,39 @@ func (hc *h1Conn) stopWatch() {
 	hc.wmu.Lock()
 	defer hc.wmu.Unlock()
 	hc.cancel = nil
+	hc.body = nil
 	hc.watch.Stop()
 }
 
-// checkClient cancels the running request when its client has closed or
-// reset the connection, and checks again later otherwise.
+// checkClient cancels the running request when its client has left: it
+// reset the connection, or ended its sending side while the request body
+// is still due. An EOF after a complete request is a half-close (RFC 9112
+// section 9.6): the request goes on, and the connection closes after its
+// answer; the socket has nothing more to tell until rotor writes, so the
+// checks end. Otherwise it checks again later.
 func (hc *h1Conn) checkClient() {
 	hc.wmu.Lock()
 	defer hc.wmu.Unlock()
 	if hc.cancel == nil {
 		return
 	}
-	if clientGone(hc.c) {
+	switch peekClient(hc.c) {
+	case peerGone:
 		hc.cancel()
 		hc.cancel = nil
 		return
+	case peerEOF:
+		if hc.body.due() {
+			hc.cancel()
+			hc.cancel = nil
+			return
+		}
+		if hc.body.eof.Load() {
+			hc.halfClosed.Store(true)
+			return
+		}
+		// The rest of the body may be in the buffer: its reader decides
+		// (an early end is the client's, clientBodyError).
 	}
 	hc.watch.Reset(h1ClientCheck)
 }
@@ -453,11 +490,19 @@ func (hc *h1Conn) lingerClose() {
 
 // h1Body records whether the handler read the request body to its end,
 // and sends "100 Continue" before the first read when the client asked.
+// It may be read on another goroutine (the Transport's) while
+// checkClient looks at eof and buffered.
 type h1Body struct {
-	r   io.ReadCloser
-	w   *h1Writer // non-nil until 100 Continue was sent
-	eof bool
+	r        io.ReadCloser
+	br       *bufio.Reader // the connection's, under r
+	w        *h1Writer     // non-nil until 100 Continue was sent
+	eof      atomic.Bool
+	buffered atomic.Int64 // br.Buffered() after the last read (before the first: at the head's end)
 }
+
+// due reports whether the body needs bytes from the socket: not read to
+// its end, and nothing of it left in the connection's buffer.
+func (b *h1Body) due() bool { return !b.eof.Load() && b.buffered.Load() == 0 }
 
 func (b *h1Body) Read(p []byte) (int, error) {
 	if w := b.w; w != nil {
@@ -470,8 +515,9 @@ func (b *h1Body) Read(p []byte) (int, error) {
 		}
 	}
 	n, err := b.r.Read(p)
+	b.buffered.Store(int64(b.br.Buffered()))
 	if err == io.EOF {
-		b.eof = true
+		b.eof.Store(true)
 	}
 	return n, err
 }
@@ -595,7 +641,7 @@ func (w *h1Writer) commit(final bool) {
 			w.closeAfter = true // HTTP/1.0: the body ends with the connection
 		}
 	}
-	if req.Close || !req.ProtoAtLeast(1, 0) || hasToken(h, "Connection", "close") ||
+	if req.Close || !req.ProtoAtLeast(1, 0) || hasToken(h, "Connection", "close") || w.hc.halfClosed.Load() ||
 		(!req.ProtoAtLeast(1, 1) && !hasToken(req.Header, "Connection", "keep-alive")) {
 		w.closeAfter = true
 	}
