@@ -86,8 +86,9 @@ type h1Conn struct {
 	bw      *bufio.Writer
 	release func() // the connection-limit slot
 
-	idle     bool // waiting for a request: Shutdown may close it (h1Front.mu)
-	hijacked bool
+	idle       bool // waiting for a request: Shutdown may close it (h1Front.mu)
+	hijacked   bool
+	badFraming bool // the request's framing is suspect: close after its answer (serve)
 	// halfClosed: the client ended its sending side after a complete
 	// request (checkClient saw EOF); the connection closes after the answer.
 	halfClosed atomic.Bool
@@ -275,6 +276,7 @@ func (hc *h1Conn) serve() {
 			}
 			_, _ = hc.br.Discard(1)
 		}
+		cl, te, seen := headFraming(hc.br)
 		req, err := http.ReadRequest(hc.br)
 		// A head that used up the limit is too large whatever error the
 		// parser saw: a limit that cuts a short line in two makes a
@@ -284,6 +286,19 @@ func (hc *h1Conn) serve() {
 		if err != nil {
 			hc.readError(err, tooLarge)
 			return
+		}
+		// http.ReadRequest drops Content-Length when Transfer-Encoding is
+		// chunked, and Transfer-Encoding from an HTTP/1.0 request: the
+		// head as it came says whether the client sent both, or a
+		// Transfer-Encoding to be ignored. Either framing is suspect (a
+		// request smuggling attempt, RFC 9112 section 11.2), and the
+		// connection MUST close after the answer (section 6.1, 6.3). A
+		// head rotor did not see whole gets the same for any chunked or
+		// HTTP/1.0 request.
+		http10 := !req.ProtoAtLeast(1, 1)
+		hc.badFraming = (seen && te && (cl || http10)) || (!seen && (len(req.TransferEncoding) > 0 || http10))
+		if hc.badFraming {
+			req.Close = true
 		}
 		// The handler reads a body with h1BodyIdle per read (headLimit)
 		// instead of the head's deadline; a CONNECT clears deadlines
@@ -404,9 +419,11 @@ func (hc *h1Conn) serveRequest(req *http.Request) bool {
 	if w.err != nil {
 		return false
 	}
-	if !body.eof.Load() {
-		// A body the handler left unread is still on the wire: closing is
-		// simpler and safer than reading it to find the next request.
+	if !body.eof.Load() || hc.badFraming {
+		// A body the handler left unread is still on the wire (or, with a
+		// suspect framing, what follows the body may be part of it):
+		// closing is simpler and safer than reading it to find the next
+		// request.
 		hc.lingerClose()
 		return false
 	}
@@ -791,6 +808,41 @@ func hasToken(h http.Header, name, token string) bool {
 		}
 	}
 	return false
+}
+
+// headFraming reports whether the request head at the start of br's
+// buffer has a Content-Length (cl) and a Transfer-Encoding (te) field;
+// seen is false when the buffer does not hold the whole head. It only
+// peeks, before http.ReadRequest parses the head.
+func headFraming(br *bufio.Reader) (cl, te, seen bool) {
+	b, _ := br.Peek(br.Buffered())
+	end := len(b)
+	for _, sep := range []string{"\r\n\r\n", "\n\n"} {
+		if i := bytes.Index(b, []byte(sep)); i >= 0 && i < end {
+			end = i
+			seen = true
+		}
+	}
+	if !seen {
+		return false, false, false
+	}
+	b = b[:end]
+	_, b, _ = bytes.Cut(b, []byte("\n")) // the request line
+	for len(b) > 0 {
+		var line []byte
+		line, b, _ = bytes.Cut(b, []byte("\n"))
+		name, _, ok := bytes.Cut(line, []byte(":"))
+		if !ok {
+			continue
+		}
+		switch {
+		case bytes.EqualFold(name, []byte("Content-Length")):
+			cl = true
+		case bytes.EqualFold(name, []byte("Transfer-Encoding")):
+			te = true
+		}
+	}
+	return cl, te, true
 }
 
 // headBuffered reports whether br holds a whole request head.

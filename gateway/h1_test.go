@@ -316,3 +316,59 @@ func TestH1HalfClosedClientGetsItsAnswer(t *testing.T) {
 	}
 	noFailures(t, srv, "up")
 }
+
+// A request with both Content-Length and Transfer-Encoding, or an HTTP/1.0
+// one with Transfer-Encoding, is answered and the connection closed (RFC
+// 9112 section 6.1: a smuggling guard): what follows it is not read as
+// another request. rotor used to keep the connection alive.
+func TestH1AmbiguousFramingCloses(t *testing.T) {
+	target := upstreamtest.NewTarget(t)
+	srv := directGateway(t)
+	for _, tc := range []struct{ name, req, want string }{
+		{"Content-Length and chunked", fmt.Sprintf("POST %s HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n", target.URL("/echo")), "hello"},
+		{"chunked and Content-Length", fmt.Sprintf("POST %s HTTP/1.1\r\nHost: x\r\ntransfer-encoding: chunked\r\ncontent-length: 3\r\n\r\n5\r\nhello\r\n0\r\n\r\n", target.URL("/echo")), "hello"},
+		{"HTTP/1.0 with Transfer-Encoding", fmt.Sprintf("POST %s HTTP/1.0\r\nHost: x\r\nConnection: keep-alive\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\nhello", target.URL("/echo")), "hello"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, br := h1Dial(t, srv)
+			// A second request after it must not be answered.
+			io.WriteString(c, tc.req+fmt.Sprintf("GET %s HTTP/1.1\r\nHost: x\r\n\r\n", target.URL("/ok")))
+			r, body := h1Read(t, br, http.MethodPost)
+			if r.StatusCode != http.StatusOK || body != tc.want {
+				t.Fatalf("answer %d %q, want 200 %q", r.StatusCode, body, tc.want)
+			}
+			if !r.Close {
+				t.Errorf("the answer keeps the connection open")
+			}
+			wantClosed(t, c, br)
+		})
+	}
+	// Either field alone keeps the connection.
+	c, br := h1Dial(t, srv)
+	fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n", target.URL("/echo"))
+	if r, body := h1Read(t, br, http.MethodPost); r.StatusCode != http.StatusOK || body != "hello" || r.Close {
+		t.Fatalf("chunked alone: %d %q close=%v, want 200 kept alive", r.StatusCode, body, r.Close)
+	}
+}
+
+// TestHeadFraming pins what the peek before parsing finds in a head.
+func TestHeadFraming(t *testing.T) {
+	for _, tc := range []struct {
+		head         string
+		cl, te, seen bool
+	}{
+		{"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\nx", true, false, true},
+		{"POST / HTTP/1.1\r\nHost: x\r\nTRANSFER-ENCODING: chunked\r\nContent-Length: 1\r\n\r\n", true, true, true},
+		{"POST / HTTP/1.1\nHost: x\nTransfer-Encoding: chunked\n\n", false, true, true},
+		{"GET / HTTP/1.1\r\nHost: x\r\nX-Note: Content-Length: 1\r\n\r\n", false, false, true},
+		{"POST / HTTP/1.1\r\nHost: x\r\n\r\nContent-Length: 1\r\n\r\n", false, false, true}, // in the body
+		{"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n", false, false, false},
+	} {
+		br := bufio.NewReader(strings.NewReader(tc.head))
+		_, _ = br.Peek(1)
+		cl, te, seen := headFraming(br)
+		if cl != tc.cl || te != tc.te || seen != tc.seen {
+			t.Errorf("headFraming(%q) = %v %v %v, want %v %v %v", tc.head, cl, te, seen, tc.cl, tc.te, tc.seen)
+		}
+	}
+}
