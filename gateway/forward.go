@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/textproto"
 	"net/url"
 	"slices"
 	"strconv"
@@ -429,22 +430,82 @@ var (
 	errSwitchingProtocols = &badAnswerError{"the target answered 101 Switching Protocols to a request that asked for no protocol switch"}
 )
 
+// invalidAnswer is the badAnswerError of a target's answer that does not
+// parse as HTTP (cause: net/http's parse error, which quotes what it
+// refused, cut to a line's worth). It must not read as unreachable: the
+// target was reached, and answered nonsense.
+func invalidAnswer(cause error) *badAnswerError {
+	detail := cause.Error()
+	if len(detail) > 160 {
+		detail = detail[:160] + "..."
+	}
+	return &badAnswerError{"the target sent an invalid HTTP response: " + detail}
+}
+
+// parseError reports whether err, from http.ReadResponse on bytes that
+// did arrive, is the parser refusing them rather than the connection
+// failing (an early end, a timeout, a reset): net/http makes those up
+// itself, with no type but textproto's.
+func parseError(err error) bool {
+	var ne net.Error
+	return !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.As(err, &ne)
+}
+
 // transportHeadTooLarge is the end of the text of net/http's Transport
 // error for a head over MaxResponseHeaderBytes (go1.26 transport.go,
 // readLoop), sometimes wrapped in "transport connection broken".
 var transportHeadTooLarge = "net/http: server response headers exceeded " + strconv.Itoa(fwdMaxResponseHead) + " bytes; aborted"
 
-// transportAnswerError maps the Transport's oversized-head error to
-// errRespHeadTooLarge, so the client is told why (the lean client says
-// so itself). The Transport gives only text: like the x/net SOCKS adapter
-// (STYLE rule 23) this is the one place that matches it, and
-// TestForwardResponseHeadTooLarge fails if a Go upgrade changes it.
-// Other errors are returned as they are.
+// transportInvalidAnswer are the beginnings of the texts of net/http's
+// errors for an answer it cannot parse (go1.26 response.go ReadResponse;
+// transfer.go fixLength, parseContentLength, parseTransferEncoding,
+// fixTrailer), the innermost error of the Transport's chain. Header
+// lines that do not parse are a textproto.ProtocolError, found by type.
+var transportInvalidAnswer = []string{
+	"malformed HTTP response",
+	"malformed HTTP status code",
+	"malformed HTTP version",
+	"http: message cannot contain multiple Content-Length headers",
+	"bad Content-Length",
+	"invalid empty Content-Length",
+	"unsupported transfer encoding",
+	"too many transfer encodings",
+	"bad trailer key",
+}
+
+// transportAnswerError maps the Transport's error for an answer rotor
+// does not relay to a badAnswerError, so the client is told why (the lean
+// client says so itself): errRespHeadTooLarge for an oversized head,
+// invalidAnswer for one that does not parse. The Transport gives only
+// text: like the x/net SOCKS adapter (STYLE rule 23) this is the one
+// place that matches it, and TestForwardResponseHeadTooLarge and
+// TestForwardInvalidResponse fail if a Go upgrade changes it. Other
+// errors are returned as they are.
 func transportAnswerError(err error) error {
 	if strings.HasSuffix(err.Error(), transportHeadTooLarge) {
 		return errRespHeadTooLarge
 	}
+	if errors.As(err, new(textproto.ProtocolError)) {
+		return invalidAnswer(innermost(err))
+	}
+	root := innermost(err)
+	for _, prefix := range transportInvalidAnswer {
+		if strings.HasPrefix(root.Error(), prefix) {
+			return invalidAnswer(root)
+		}
+	}
 	return err
+}
+
+// innermost follows err's single-error Unwrap chain to its end.
+func innermost(err error) error {
+	for {
+		next := errors.Unwrap(err)
+		if next == nil {
+			return err
+		}
+		err = next
+	}
 }
 
 // lastUpstream names the upstream of the last attempt in err, or "".
@@ -475,9 +536,10 @@ func directSlowIsTarget(e *upstream.Endpoint, err error) error {
 // no response headers within slow_body.first_byte is slow_body at
 // first_byte; the connection ending before any response, and an answer
 // rotor does not relay (badAnswerError: a head over fwdMaxResponseHead,
-// an unsolicited 101), are blamed on the target (a healthy proxy relays a
-// target that hangs up or misbehaves as exactly that), so they do not
-// cool the upstream on their own.
+// one that does not parse, an unsolicited 101), are blamed on the target
+// (a healthy proxy relays a target that hangs up or misbehaves as exactly
+// that), so they do not cool the upstream on their own. Errors reading the
+// client's body never get here (clientBodyError).
 func classifyForwardErr(err error, host string) error {
 	var f *health.Failure
 	if errors.As(err, &f) {
