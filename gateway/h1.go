@@ -318,10 +318,12 @@ func (hc *h1Conn) serve() {
 // carry another.
 func (hc *h1Conn) serveRequest(req *http.Request) bool {
 	if msg := checkRequest(req); msg != "" {
-		if msg == "unsupported protocol version" {
-			hc.plain(http.StatusHTTPVersionNotSupported, "505 HTTP Version Not Supported")
+		if req.ProtoMajor != 1 {
+			// The HTTP/2 preface ("PRI * HTTP/2.0") lands here too.
+			hc.plain(http.StatusHTTPVersionNotSupported, "bad_request",
+				"unsupported protocol version "+strconv.Quote(req.Proto)+": rotor's proxy port speaks HTTP/1.1")
 		} else {
-			hc.plain(http.StatusBadRequest, "400 Bad Request: "+msg)
+			hc.plain(http.StatusBadRequest, "bad_request", msg)
 		}
 		return false
 	}
@@ -341,7 +343,10 @@ func (hc *h1Conn) serveRequest(req *http.Request) bool {
 		if e := req.Header.Get("Expect"); e != "" {
 			if !strings.EqualFold(e, "100-continue") {
 				w.h.Set("Connection", "close")
+				w.h.Set("Content-Type", "text/plain; charset=utf-8")
+				w.h.Set("X-Rotor-Error", "bad_request")
 				w.WriteHeader(http.StatusExpectationFailed)
+				_, _ = w.Write([]byte("unsupported Expect: rotor knows only 100-continue\n"))
 				w.finish()
 				hc.lingerClose()
 				return false

@@ -7,6 +7,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/textproto"
+	"net/url"
 	"strconv"
 	"strings"
 )
@@ -18,31 +20,76 @@ import (
 // readError answers a request that could not be read as net/http's
 // Server does: nothing for a connection that closed or timed out, 431 for
 // a head over h1MaxHeader (tooLarge), 501 for an unknown transfer coding,
-// else 400. The rest of a refused head may still be on its way: the
-// answer lingers, so the close does not reset the connection before the
-// client has read it.
+// else 400; each with X-Rotor-Error: bad_request and a one-line reason,
+// as rotor's other refusals (requestParseError). The rest of a refused
+// head may still be on its way: the answer lingers, so the close does not
+// reset the connection before the client has read it.
 func (hc *h1Conn) readError(err error, tooLarge bool) {
 	var ne net.Error
 	var oe *net.OpError
 	switch {
 	case tooLarge || errors.Is(err, errHeaderTooLarge):
-		hc.plain(http.StatusRequestHeaderFieldsTooLarge, "431 Request Header Fields Too Large")
-		hc.lingerClose()
-	case strings.Contains(err.Error(), "unsupported transfer encoding"):
-		hc.plain(http.StatusNotImplemented, "Unsupported transfer encoding")
+		hc.plain(http.StatusRequestHeaderFieldsTooLarge, "bad_request",
+			"the request head (request line and header fields) is larger than "+strconv.Itoa(h1MaxHeader>>10)+" KiB")
 		hc.lingerClose()
 	case err == io.EOF, errors.As(err, &ne) && ne.Timeout(), errors.As(err, &oe) && oe.Op == "read":
 	default:
 		hc.s.log.Debug().Str("listener", "http").Str("client", hc.remote).Str("err", redactText(err.Error())).Msg("bad request")
-		hc.plain(http.StatusBadRequest, "400 Bad Request")
+		status, reason := requestParseError(err)
+		hc.plain(status, "bad_request", reason)
 		hc.lingerClose()
 	}
 }
 
-// plain writes a bare error answer and flushes; the connection closes.
-func (hc *h1Conn) plain(status int, body string) {
+// requestParseErrors maps the beginnings of the texts of http.ReadRequest's
+// own errors (go1.26 request.go readRequest; transfer.go fixLength,
+// parseContentLength, parseTransferEncoding) to the status and reason the
+// client gets. The reasons do not quote the request: a refused line may
+// hold credentials. net/http gives only text (its unsupportedTEError is
+// unexported): like transportAnswerError this is the one place that
+// matches it, and TestH1BadRequests fails if a Go upgrade changes one.
+var requestParseErrors = []struct {
+	prefix string
+	status int
+	reason string
+}{
+	{"unsupported transfer encoding", http.StatusNotImplemented, "unsupported Transfer-Encoding: rotor accepts chunked only"},
+	{"too many transfer encodings", http.StatusNotImplemented, "unsupported Transfer-Encoding: rotor accepts one, chunked"},
+	{"malformed HTTP request", http.StatusBadRequest, "malformed request line"},
+	{"invalid method", http.StatusBadRequest, "invalid method"},
+	{"malformed HTTP version", http.StatusBadRequest, "malformed HTTP version"},
+	{"too many Host headers", http.StatusBadRequest, "more than one Host header"},
+	{"bad Content-Length", http.StatusBadRequest, "invalid Content-Length"},
+	{"invalid empty Content-Length", http.StatusBadRequest, "invalid Content-Length"},
+	{"http: message cannot contain multiple Content-Length headers", http.StatusBadRequest, "conflicting Content-Length headers"},
+}
+
+// requestParseError is the status and reason for a request head that
+// http.ReadRequest refused with err: a header line that does not parse
+// (textproto.ProtocolError: "Host : x", no colon) and a request target
+// that does not (*url.Error) by type, the rest by requestParseErrors.
+func requestParseError(err error) (int, string) {
+	if errors.As(err, new(textproto.ProtocolError)) {
+		return http.StatusBadRequest, "malformed header line"
+	}
+	if errors.As(err, new(*url.Error)) {
+		return http.StatusBadRequest, "malformed request target"
+	}
+	for _, e := range requestParseErrors {
+		if strings.HasPrefix(err.Error(), e.prefix) {
+			return e.status, e.reason
+		}
+	}
+	return http.StatusBadRequest, "malformed request"
+}
+
+// plain writes a bare error answer, naming rotorErr in X-Rotor-Error with
+// reason as its body (as plainError does), and flushes; the connection
+// closes.
+func (hc *h1Conn) plain(status int, rotorErr, reason string) {
 	_, _ = hc.bw.WriteString("HTTP/1.1 " + strconv.Itoa(status) + " " + http.StatusText(status) +
-		"\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n" + body)
+		"\r\nContent-Type: text/plain; charset=utf-8\r\nX-Rotor-Error: " + rotorErr +
+		"\r\nConnection: close\r\nContent-Length: " + strconv.Itoa(len(reason)+1) + "\r\n\r\n" + reason + "\n")
 	_ = hc.bw.Flush()
 }
 

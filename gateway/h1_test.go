@@ -158,21 +158,38 @@ func TestH1StreamedAnswers(t *testing.T) {
 	}
 }
 
-// Requests net/http's Server refused are refused the same way.
+// Requests net/http's Server refused are refused the same way, each with
+// X-Rotor-Error: bad_request and a one-line reason (rotor used to answer
+// a bare "400 Bad Request"). The rows after the first pin net/http's
+// parse error texts (requestParseErrors) and rotor's own checks.
 func TestH1BadRequests(t *testing.T) {
 	srv := directGateway(t)
 	for _, tt := range []struct {
 		name, req string
 		status    int
+		reason    string
 	}{
-		{"garbage", "\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03\r\n\r\n", 400},
-		{"no Host on HTTP/1.1", "GET /x HTTP/1.1\r\n\r\n", 400},
-		{"two Hosts", "GET http://a.test/ HTTP/1.1\r\nHost: a.test\r\nHost: b.test\r\n\r\n", 400},
-		{"bad header name", "GET http://a.test/ HTTP/1.1\r\nHost: a.test\r\nBad Name: x\r\n\r\n", 400},
-		{"control byte in a value", "GET http://a.test/ HTTP/1.1\r\nHost: a.test\r\nX-A: a\x01b\r\n\r\n", 400},
-		{"unknown transfer coding", "POST http://a.test/ HTTP/1.1\r\nHost: a.test\r\nTransfer-Encoding: gzip\r\n\r\n", 501},
-		{"HTTP/2 request line", "GET http://a.test/ HTTP/2.0\r\nHost: a.test\r\n\r\n", 505},
-		{"Expect other than 100-continue", "POST http://a.test/ HTTP/1.1\r\nHost: a.test\r\nExpect: magic\r\nContent-Length: 3\r\n\r\nabc", 417},
+		{"garbage", "\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03\r\n\r\n", 400, "malformed request line"},
+		{"invalid method", "G(T http://a.test/ HTTP/1.1\r\nHost: a.test\r\n\r\n", 400, "invalid method"},
+		{"bad version", "GET http://a.test/ HTTX/1.1\r\nHost: a.test\r\n\r\n", 400, "malformed HTTP version"},
+		{"bad target", "GET http://a.test/%zz HTTP/1.1\r\nHost: a.test\r\n\r\n", 400, "malformed request target"},
+		{"no Host on HTTP/1.1", "GET /x HTTP/1.1\r\n\r\n", 400, "missing required Host header"},
+		{"two Hosts", "GET http://a.test/ HTTP/1.1\r\nHost: a.test\r\nHost: b.test\r\n\r\n", 400, "more than one Host header"},
+		{"space before the colon", "GET http://a.test/ HTTP/1.1\r\nHost : a.test\r\n\r\n", 400, "invalid header name"},
+		{"bad header name", "GET http://a.test/ HTTP/1.1\r\nHost: a.test\r\nBad Name: x\r\n\r\n", 400, "invalid header name"},
+		{"control byte in a value", "GET http://a.test/ HTTP/1.1\r\nHost: a.test\r\nX-A: a\x01b\r\n\r\n", 400, "malformed header line"},
+		{"no colon", "GET http://a.test/ HTTP/1.1\r\nHost: a.test\r\nNoColon\r\n\r\n", 400, "malformed header line"},
+		{"bad Content-Length", "POST http://a.test/ HTTP/1.1\r\nHost: a.test\r\nContent-Length: abc\r\n\r\n", 400, "invalid Content-Length"},
+		{"negative Content-Length", "POST http://a.test/ HTTP/1.1\r\nHost: a.test\r\nContent-Length: -1\r\n\r\n", 400, "invalid Content-Length"},
+		{"empty Content-Length", "POST http://a.test/ HTTP/1.1\r\nHost: a.test\r\nContent-Length: \r\n\r\n", 400, "invalid Content-Length"},
+		{"two Content-Lengths", "POST http://a.test/ HTTP/1.1\r\nHost: a.test\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab", 400, "conflicting Content-Length"},
+		{"unknown transfer coding", "POST http://a.test/ HTTP/1.1\r\nHost: a.test\r\nTransfer-Encoding: gzip\r\n\r\n", 501, "unsupported Transfer-Encoding"},
+		{"gzip, chunked", "POST http://a.test/ HTTP/1.1\r\nHost: a.test\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", 501, "unsupported Transfer-Encoding"},
+		{"two Transfer-Encodings", "POST http://a.test/ HTTP/1.1\r\nHost: a.test\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n", 501, "unsupported Transfer-Encoding"},
+		{"HTTP/2 request line", "GET http://a.test/ HTTP/2.0\r\nHost: a.test\r\n\r\n", 505, "HTTP/1.1"},
+		{"HTTP/2 preface", "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 505, "HTTP/1.1"},
+		{"Expect other than 100-continue", "POST http://a.test/ HTTP/1.1\r\nHost: a.test\r\nExpect: magic\r\nContent-Length: 3\r\n\r\nabc", 417, "100-continue"},
+		{"head too large", "GET http://a.test/ HTTP/1.1\r\nHost: a.test\r\nX-Big: " + strings.Repeat("z", 80<<10) + "\r\n\r\n", 431, "larger than 68 KiB"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			c, br := h1Dial(t, srv)
@@ -181,9 +198,18 @@ func TestH1BadRequests(t *testing.T) {
 			if err != nil {
 				t.Fatalf("reading the answer: %v", err)
 			}
-			resp.Body.Close()
+			b, err := io.ReadAll(resp.Body)
+			if err != nil {
+				t.Fatalf("reading the reason: %v", err)
+			}
 			if resp.StatusCode != tt.status {
-				t.Fatalf("status %d, want %d", resp.StatusCode, tt.status)
+				t.Fatalf("status %d (%q), want %d", resp.StatusCode, b, tt.status)
+			}
+			if got := resp.Header.Get("X-Rotor-Error"); got != "bad_request" {
+				t.Errorf("X-Rotor-Error %q, want bad_request", got)
+			}
+			if !strings.Contains(string(b), tt.reason) || strings.Count(string(b), "\n") != 1 {
+				t.Errorf("reason %q, want one line with %q", b, tt.reason)
 			}
 			if !resp.Close {
 				t.Errorf("the answer keeps the connection open")
