@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"strings"
@@ -318,11 +319,13 @@ func TestExplain(t *testing.T) {
 		{"slow body scoped to its target", attempts(&health.Failure{Class: health.SlowBody, Stage: health.StageFirstByte, Scope: health.ScopeTarget}),
 			repGeneralFailure, 502, "slow_body; stage=first_byte; upstream=up"},
 		{"general failure", attempts(classify(&upstream.ReplyError{Code: 1})), repGeneralFailure, 502, "upstream_error; stage=target_connect; upstream=up"},
+		// A cancellation is nobody's failure: never "rotor: context canceled" as an upstream_error.
+		{"cancelled", context.Canceled, repGeneralFailure, 503, "canceled"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cf := explain(tt.err)
-			if cf.SOCKS != tt.socks || cf.Status != tt.status || cf.Header != tt.header {
+			if cf.SOCKS != tt.socks || cf.Status != tt.status || cf.Header != tt.header || strings.Contains(cf.Reason, "context canceled") {
 				t.Errorf("explain = %#x %d %q, want %#x %d %q (%s)", cf.SOCKS, cf.Status, cf.Header, tt.socks, tt.status, tt.header, cf.Reason)
 			}
 		})

@@ -34,7 +34,10 @@ type clientFailure struct {
 //     policy (CONNECT 403, SOCKS5 reply 2) SOCKS 0x02, HTTP 403; for its
 //     address type (SOCKS5 reply 8, an IPv6 target through an IPv4-only
 //     proxy) SOCKS 0x08, HTTP 502;
-//   - every attempt failed on the upstreams themselves: SOCKS 0x01, HTTP 502.
+//   - every attempt failed on the upstreams themselves: SOCKS 0x01, HTTP 502;
+//   - the request was cancelled (its client left, or rotor is shutting
+//     down): SOCKS 0x01, HTTP 503, X-Rotor-Error: canceled. It is nobody's
+//     failure, least of all an upstream's.
 func explain(err error) clientFailure {
 	if errors.Is(err, upstream.ErrNoEligible) {
 		cf := clientFailure{SOCKS: repGeneralFailure, Status: http.StatusServiceUnavailable, Header: "unavailable",
@@ -66,6 +69,10 @@ func explain(err error) clientFailure {
 	}
 	var f *health.Failure
 	if !errors.As(err, &f) {
+		if upstream.IsCanceled(err) {
+			return clientFailure{SOCKS: repGeneralFailure, Status: http.StatusServiceUnavailable, Header: "canceled",
+				Reason: "the request was cancelled before an upstream answered (the client left, or rotor is shutting down)"}
+		}
 		return clientFailure{SOCKS: repGeneralFailure, Status: http.StatusBadGateway, Header: "upstream_error",
 			Reason: "rotor: " + err.Error()}
 	}

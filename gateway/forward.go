@@ -7,11 +7,13 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/textproto"
 	"net/url"
 	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/rotor-proxy/rotor/health"
@@ -46,20 +48,104 @@ func idempotent(method string) bool {
 	return false
 }
 
-// countingBody lets rotor know whether any byte of a large request body
-// was consumed, so a request that never left can still be retried.
+// countingBody is a streamed request body on its way to an upstream (the
+// Transport reads it, on its own goroutine). It lets rotor know whether
+// any byte was consumed, so a request that never left can still be
+// retried, and it marks at the source every error reading the client's
+// body (a *clientBodyError): those are the client's, whatever the
+// Transport then wraps them in or does to the upstream connection.
 type countingBody struct {
-	r io.Reader
-	n atomic.Int64
+	r   io.Reader
+	n   atomic.Int64
+	eof atomic.Bool                     // the body was read to its end
+	err atomic.Pointer[clientBodyError] // the first read error
 }
 
 func (b *countingBody) Read(p []byte) (int, error) {
 	n, err := b.r.Read(p)
 	b.n.Add(int64(n))
+	switch {
+	case err == io.EOF:
+		b.eof.Store(true)
+	case err != nil:
+		ce := &clientBodyError{err: err}
+		if !b.err.CompareAndSwap(nil, ce) {
+			ce = b.err.Load()
+		}
+		return n, ce
+	}
 	return n, err
 }
 
 func (b *countingBody) Close() error { return nil }
+
+// failed returns the error that ended reading the client's body, or nil
+// (also for a nil b: no streamed body).
+func (b *countingBody) failed() *clientBodyError {
+	if b == nil {
+		return nil
+	}
+	return b.err.Load()
+}
+
+// sending reports whether the client is still sending the body: not
+// read to its end and not failed. A nil b has nothing to send.
+func (b *countingBody) sending() bool {
+	return b != nil && !b.eof.Load() && b.err.Load() == nil
+}
+
+// clientBodyError is an error reading the client's request body while it
+// was forwarded: a malformed chunked framing, a body that stalled for the
+// body idle limit, or one that ended before its end (the client went
+// away). It is the client's doing: never reported to an upstream's
+// health, no other upstream is tried, and the client is told its own
+// fault (clientBodyAnswer).
+type clientBodyError struct{ err error }
+
+func (e *clientBodyError) Error() string {
+	return "reading the client's request body: " + e.err.Error()
+}
+func (e *clientBodyError) Unwrap() error { return e.err }
+
+// clientBodyFault is what went wrong with a client's body.
+type clientBodyFault int
+
+const (
+	bodyMalformed clientBodyFault = iota // framing the parser refused (chunk-size line "zz")
+	bodyStalled                          // no byte within the body idle limit
+	bodyGone                             // ended early or the connection failed: the client left
+)
+
+// fault sorts e's cause: a timeout is the body idle limit (headLimit); an
+// early end (io.ErrUnexpectedEOF from net/http's body reader) or a
+// connection error is a client that went away; anything else net/http's
+// body reader made up itself, so the framing was bad.
+func (e *clientBodyError) fault() clientBodyFault {
+	var ne net.Error
+	switch {
+	case errors.As(e.err, &ne) && ne.Timeout():
+		return bodyStalled
+	case errors.Is(e.err, io.ErrUnexpectedEOF), errors.Is(e.err, io.EOF), errors.Is(e.err, net.ErrClosed),
+		errors.As(e.err, new(*net.OpError)), errors.As(e.err, new(syscall.Errno)):
+		return bodyGone
+	}
+	return bodyMalformed
+}
+
+// clientBodyAnswer tells the client that its request body failed, when
+// no answer has begun: 400 for a malformed or truncated body, 408 for one
+// that stalled (RFC 9110 section 15.5.9). To a client that left it goes
+// nowhere, harmlessly; one that only half-closed reads it.
+func clientBodyAnswer(w http.ResponseWriter, e *clientBodyError, idle time.Duration) {
+	switch e.fault() {
+	case bodyStalled:
+		plainError(w, http.StatusRequestTimeout, "bad_request", "request body stalled: no bytes for "+idle.String())
+	case bodyGone:
+		plainError(w, http.StatusBadRequest, "bad_request", "the request body ended before its end")
+	default:
+		plainError(w, http.StatusBadRequest, "bad_request", "malformed request body: "+e.err.Error())
+	}
+}
 
 // serveForward forwards one absolute-URI http:// request. Each request on a
 // kept-alive client connection is a new pick from the pool; upstream
@@ -156,7 +242,7 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 	var lastEP *upstream.Endpoint
 	fail := func(err error) {
 		if last != nil {
-			n, berr := s.relay(ctx, w, last, lastEP, strings.ToLower(addr), cfg.SlowBody.Stall)
+			n, berr := s.relay(ctx, w, last, lastEP, strings.ToLower(addr), cfg.SlowBody.Stall, nil)
 			s.pool.Release(lastEP)
 			s.logForward(id, r, params.User, lastEP, att, berr, n, start)
 			return
@@ -191,6 +277,18 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 			resp, err = nil, errSwitchingProtocols
 		}
 		if err != nil {
+			// The client's body failed while it was sent: that is the
+			// client's, however the upstream exchange ended because of it.
+			ce := big.failed()
+			if ce == nil {
+				errors.As(err, &ce)
+			}
+			if ce != nil {
+				att.Neutral(e)
+				clientBodyAnswer(w, ce, s.h1.bodyIdle)
+				s.logForward(id, r, params.User, e, att, ce, 0, start)
+				return
+			}
 			err = directSlowIsTarget(e, classifyForwardErr(err, host))
 		}
 		if err == nil {
@@ -230,7 +328,7 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 			last, lastEP = resp, e
 			continue
 		}
-		n, berr := s.relay(ctx, w, resp, e, strings.ToLower(addr), cfg.SlowBody.Stall)
+		n, berr := s.relay(ctx, w, resp, e, strings.ToLower(addr), cfg.SlowBody.Stall, big)
 		s.pool.Release(e)
 		s.logForward(id, r, params.User, e, att, berr, n, start)
 		return
@@ -272,11 +370,19 @@ func forwardAddr(u *url.URL) string {
 // ends before its end (the upstream's error, or silent for stall, which
 // is reported as slow_body) the client's answer is aborted, so the cut
 // shows; the error is returned for the request's log line, unless the
-// client went away itself.
-func (s *Server) relay(ctx context.Context, w http.ResponseWriter, resp *http.Response, e *upstream.Endpoint, target string, stall time.Duration) (int64, error) {
-	n, stalled, err := s.writeResponse(w, resp, e, stall)
+// client went away itself. reqBody is the client's streamed request body
+// (nil when none): while it is still being sent the stall clock does not
+// run (the target may wait for the rest of it), and when reading it
+// failed the answer ends because of the client, which is what is logged
+// and nothing is reported.
+func (s *Server) relay(ctx context.Context, w http.ResponseWriter, resp *http.Response, e *upstream.Endpoint, target string, stall time.Duration, reqBody *countingBody) (int64, error) {
+	n, stalled, err := s.writeResponse(w, resp, e, stall, reqBody.sending)
 	if err == nil {
 		return n, nil
+	}
+	if ce := reqBody.failed(); ce != nil {
+		abortAnswer(w)
+		return n, ce
 	}
 	if stalled {
 		f := &health.Failure{Class: health.SlowBody, Stage: health.StageBody, Target: target,
@@ -329,22 +435,82 @@ var (
 	errSwitchingProtocols = &badAnswerError{"the target answered 101 Switching Protocols to a request that asked for no protocol switch"}
 )
 
+// invalidAnswer is the badAnswerError of a target's answer that does not
+// parse as HTTP (cause: net/http's parse error, which quotes what it
+// refused, cut to a line's worth). It must not read as unreachable: the
+// target was reached, and answered nonsense.
+func invalidAnswer(cause error) *badAnswerError {
+	detail := cause.Error()
+	if len(detail) > 160 {
+		detail = detail[:160] + "..."
+	}
+	return &badAnswerError{"the target sent an invalid HTTP response: " + detail}
+}
+
+// parseError reports whether err, from http.ReadResponse on bytes that
+// did arrive, is the parser refusing them rather than the connection
+// failing (an early end, a timeout, a reset): net/http makes those up
+// itself, with no type but textproto's.
+func parseError(err error) bool {
+	var ne net.Error
+	return !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.As(err, &ne)
+}
+
 // transportHeadTooLarge is the end of the text of net/http's Transport
 // error for a head over MaxResponseHeaderBytes (go1.26 transport.go,
 // readLoop), sometimes wrapped in "transport connection broken".
 var transportHeadTooLarge = "net/http: server response headers exceeded " + strconv.Itoa(fwdMaxResponseHead) + " bytes; aborted"
 
-// transportAnswerError maps the Transport's oversized-head error to
-// errRespHeadTooLarge, so the client is told why (the lean client says
-// so itself). The Transport gives only text: like the x/net SOCKS adapter
-// (STYLE rule 23) this is the one place that matches it, and
-// TestForwardResponseHeadTooLarge fails if a Go upgrade changes it.
-// Other errors are returned as they are.
+// transportInvalidAnswer are the beginnings of the texts of net/http's
+// errors for an answer it cannot parse (go1.26 response.go ReadResponse;
+// transfer.go fixLength, parseContentLength, parseTransferEncoding,
+// fixTrailer), the innermost error of the Transport's chain. Header
+// lines that do not parse are a textproto.ProtocolError, found by type.
+var transportInvalidAnswer = []string{
+	"malformed HTTP response",
+	"malformed HTTP status code",
+	"malformed HTTP version",
+	"http: message cannot contain multiple Content-Length headers",
+	"bad Content-Length",
+	"invalid empty Content-Length",
+	"unsupported transfer encoding",
+	"too many transfer encodings",
+	"bad trailer key",
+}
+
+// transportAnswerError maps the Transport's error for an answer rotor
+// does not relay to a badAnswerError, so the client is told why (the lean
+// client says so itself): errRespHeadTooLarge for an oversized head,
+// invalidAnswer for one that does not parse. The Transport gives only
+// text: like the x/net SOCKS adapter (STYLE rule 23) this is the one
+// place that matches it, and TestForwardResponseHeadTooLarge and
+// TestForwardInvalidResponse fail if a Go upgrade changes it. Other
+// errors are returned as they are.
 func transportAnswerError(err error) error {
 	if strings.HasSuffix(err.Error(), transportHeadTooLarge) {
 		return errRespHeadTooLarge
 	}
+	if errors.As(err, new(textproto.ProtocolError)) {
+		return invalidAnswer(innermost(err))
+	}
+	root := innermost(err)
+	for _, prefix := range transportInvalidAnswer {
+		if strings.HasPrefix(root.Error(), prefix) {
+			return invalidAnswer(root)
+		}
+	}
 	return err
+}
+
+// innermost follows err's single-error Unwrap chain to its end.
+func innermost(err error) error {
+	for {
+		next := errors.Unwrap(err)
+		if next == nil {
+			return err
+		}
+		err = next
+	}
 }
 
 // lastUpstream names the upstream of the last attempt in err, or "".
@@ -375,9 +541,10 @@ func directSlowIsTarget(e *upstream.Endpoint, err error) error {
 // no response headers within slow_body.first_byte is slow_body at
 // first_byte; the connection ending before any response, and an answer
 // rotor does not relay (badAnswerError: a head over fwdMaxResponseHead,
-// an unsolicited 101), are blamed on the target (a healthy proxy relays a
-// target that hangs up or misbehaves as exactly that), so they do not
-// cool the upstream on their own.
+// one that does not parse, an unsolicited 101), are blamed on the target
+// (a healthy proxy relays a target that hangs up or misbehaves as exactly
+// that), so they do not cool the upstream on their own. Errors reading the
+// client's body never get here (clientBodyError).
 func classifyForwardErr(err error, host string) error {
 	var f *health.Failure
 	if errors.As(err, &f) {
@@ -409,11 +576,13 @@ func beforeRequest(err error) bool {
 }
 
 // writeResponse relays resp to the client, naming the upstream. A body
-// that goes silent for stall is cut off (stalled). err is why the body
-// ended before its end: the upstream's read error (a chunked or sized
-// body cut short reads io.ErrUnexpectedEOF) or the stall. It is nil at
-// the body's end and when the client went away.
-func (s *Server) writeResponse(w http.ResponseWriter, resp *http.Response, e *upstream.Endpoint, stall time.Duration) (total int64, stalled bool, err error) {
+// that goes silent for stall is cut off (stalled), except while hold
+// reports true (the client is still sending its request body): then the
+// stall clock starts again. err is why the body ended before its end:
+// the upstream's read error (a chunked or sized body cut short reads
+// io.ErrUnexpectedEOF) or the stall. It is nil at the body's end and
+// when the client went away.
+func (s *Server) writeResponse(w http.ResponseWriter, resp *http.Response, e *upstream.Endpoint, stall time.Duration, hold func() bool) (total int64, stalled bool, err error) {
 	defer resp.Body.Close()
 	h := w.Header()
 	for k, v := range resp.Header {
@@ -422,11 +591,27 @@ func (s *Server) writeResponse(w http.ResponseWriter, resp *http.Response, e *up
 	removeHop(h)
 	h.Set("X-Rotor-Upstream", e.Name)
 	w.WriteHeader(resp.StatusCode)
-	var cut atomic.Bool
+	var cut, done atomic.Bool
 	var timer *time.Timer
 	if stall > 0 {
-		timer = time.AfterFunc(stall, func() { cut.Store(true); resp.Body.Close() })
-		defer timer.Stop()
+		// Armed by the Reset below, once timer is set. The callback
+		// re-arms it itself while hold() is true, until done: a re-arm
+		// racing the Stop fires once more and does nothing.
+		timer = time.AfterFunc(time.Hour, func() {
+			switch {
+			case done.Load():
+			case hold():
+				timer.Reset(stall)
+			default:
+				cut.Store(true)
+				resp.Body.Close()
+			}
+		})
+		timer.Reset(stall)
+		defer func() {
+			done.Store(true)
+			timer.Stop()
+		}()
 	}
 	flusher, _ := w.(http.Flusher)
 	bp := bufPool.Get().(*[]byte)

@@ -227,6 +227,65 @@ func TestForwardUnsolicited1xx(t *testing.T) {
 	}
 }
 
+// TestForwardInvalidResponse: a target answering with something that is
+// not HTTP (garbage, a bad status line or version, conflicting or bad
+// Content-Length, a header line without a colon, a transfer coding rotor
+// cannot decode) gets the client a 502 saying so, not "the target is
+// unreachable"; the upstream relayed it faithfully and is not cooled. The
+// POST cases pin net/http's texts for the Transport (transportAnswerError).
+func TestForwardInvalidResponse(t *testing.T) {
+	for _, tc := range []struct{ name, answer string }{
+		{"garbage", "\x05\x00this is not HTTP\r\n\r\n"},
+		{"no status code", "HTTP/1.1\r\n\r\n"},
+		{"bad status code", "HTTP/1.1 abc OK\r\nContent-Length: 0\r\n\r\n"},
+		{"bad version", "HTTX/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"},
+		{"conflicting Content-Length", "HTTP/1.1 200 OK\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd"},
+		{"negative Content-Length", "HTTP/1.1 200 OK\r\nContent-Length: -3\r\n\r\nabc"},
+		{"empty Content-Length", "HTTP/1.1 200 OK\r\nContent-Length: \r\n\r\nabc"},
+		{"header line without a colon", "HTTP/1.1 200 OK\r\nBad Header\r\n\r\n"},
+		{"unknown transfer coding", "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\nabc"},
+		{"two transfer codings", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"},
+		{"trailer announcing Content-Length", "HTTP/1.1 200 OK\r\nTrailer: Content-Length\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"},
+	} {
+		for _, method := range forwardMethods {
+			t.Run(tc.name+"/"+method, func(t *testing.T) {
+				rt := newRawTarget(t, func(c net.Conn, br *bufio.Reader, rt *rawTarget) {
+					if _, err := rt.readHead(br); err != nil {
+						return
+					}
+					_, _ = io.WriteString(c, tc.answer)
+					_, _ = io.Copy(io.Discard, br) // until rotor closes
+				})
+				srv := stallGateway(t)
+				resp, body, err := askForward(t, srv, method, "http://"+rt.Addr()+"/")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if resp.StatusCode != http.StatusBadGateway || !strings.Contains(body, "the target sent an invalid HTTP response") ||
+					strings.Contains(body, "unreachable") {
+					t.Fatalf("got %d %q, want 502 saying the answer was invalid", resp.StatusCode, body)
+				}
+				if got := resp.Header.Get("X-Rotor-Error"); got != "target_unreachable; stage=first_byte; upstream=up" {
+					t.Errorf("X-Rotor-Error %q, want a target failure behind upstream up", got)
+				}
+				snap := srv.Tracker().Snapshot(srv.Pool().Lookup("up").Record())
+				if snap.State != health.Eligible {
+					t.Errorf("upstream %s after a target's invalid answer, want eligible", snap.State)
+				}
+			})
+		}
+	}
+	// A connection that ends before any answer is still that.
+	rt := newRawTarget(t, func(c net.Conn, br *bufio.Reader, rt *rawTarget) { _, _ = rt.readHead(br) })
+	srv := stallGateway(t)
+	for _, method := range forwardMethods {
+		if resp, body, _ := askForward(t, srv, method, "http://"+rt.Addr()+"/"); resp.StatusCode != http.StatusBadGateway ||
+			strings.Contains(body, "invalid") {
+			t.Errorf("%s, no answer: %d %q, want 502 not calling it invalid", method, resp.StatusCode, body)
+		}
+	}
+}
+
 // TestForwardInvalidTargetIs400: a target no upstream could reach (empty
 // host, port 0 or past 65535, a port that is not a number) is the
 // client's error: 400 before any upstream is picked, not a 502 blaming

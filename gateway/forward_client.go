@@ -198,6 +198,8 @@ func (fc *fwdClient) exchange(ctx context.Context, pc *fwdConn, x *fwdExchange) 
 		switch {
 		case err != nil && pc.lr.remain <= 0:
 			return nil, false, errRespHeadTooLarge
+		case err != nil && parseError(err):
+			return nil, false, invalidAnswer(err)
 		case err != nil:
 			return nil, false, err
 		case resp.StatusCode == http.StatusSwitchingProtocols:

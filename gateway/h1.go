@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -31,6 +30,10 @@ import (
 // context, as with net/http, so the upstream exchange ends at once and is
 // not blamed: instead of a read kept pending on every request, a timer
 // peeks at the socket every h1ClientCheck while a request runs longer.
+// An EOF there after a complete request is a half-close, which a client
+// may do and still read the answer (RFC 9112 section 9.6): the request is
+// served, then the connection closes. Only a reset, or an EOF while the
+// request body is still due, means the client left.
 
 const (
 	// h1MaxHeader bounds a request's head (net/http's MaxHeaderBytes was
@@ -82,13 +85,27 @@ type h1Conn struct {
 	bw      *bufio.Writer
 	release func() // the connection-limit slot
 
-	idle     bool // waiting for a request: Shutdown may close it (h1Front.mu)
-	hijacked bool
+	idle       bool // waiting for a request: Shutdown may close it (h1Front.mu)
+	hijacked   bool
+	badFraming bool // the request's framing is suspect: close after its answer (serve)
+	// halfClosed: the client ended its sending side after a complete
+	// request (checkClient saw EOF); the connection closes after the answer.
+	halfClosed atomic.Bool
 
 	wmu    sync.Mutex         // guards the fields below (the client watch)
 	cancel context.CancelFunc // the running request's; nil between requests
+	body   *h1Body            // the running request's body
 	watch  *time.Timer        // runs checkClient while a request is served
 }
+
+// peerState is what a peek at the client's socket found (peekClient).
+type peerState int
+
+const (
+	peerOpen peerState = iota // bytes queued, or nothing yet
+	peerEOF                   // the client ended its sending side (half-closed, or closed)
+	peerGone                  // reset, or another error
+)
 
 // headLimit is the reader under the connection's bufio.Reader: while a
 // request head is read it allows at most remain bytes; while a body is
@@ -258,6 +275,7 @@ func (hc *h1Conn) serve() {
 			}
 			_, _ = hc.br.Discard(1)
 		}
+		cl, te, seen := headFraming(hc.br)
 		req, err := http.ReadRequest(hc.br)
 		// A head that used up the limit is too large whatever error the
 		// parser saw: a limit that cuts a short line in two makes a
@@ -267,6 +285,19 @@ func (hc *h1Conn) serve() {
 		if err != nil {
 			hc.readError(err, tooLarge)
 			return
+		}
+		// http.ReadRequest drops Content-Length when Transfer-Encoding is
+		// chunked, and Transfer-Encoding from an HTTP/1.0 request: the
+		// head as it came says whether the client sent both, or a
+		// Transfer-Encoding to be ignored. Either framing is suspect (a
+		// request smuggling attempt, RFC 9112 section 11.2), and the
+		// connection MUST close after the answer (section 6.1, 6.3). A
+		// head rotor did not see whole gets the same for any chunked or
+		// HTTP/1.0 request.
+		http10 := !req.ProtoAtLeast(1, 1)
+		hc.badFraming = (seen && te && (cl || http10)) || (!seen && (len(req.TransferEncoding) > 0 || http10))
+		if hc.badFraming {
+			req.Close = true
 		}
 		// The handler reads a body with h1BodyIdle per read (headLimit)
 		// instead of the head's deadline; a CONNECT clears deadlines
@@ -283,72 +314,16 @@ func (hc *h1Conn) serve() {
 	}
 }
 
-// readError answers a request that could not be read as net/http's
-// Server does: nothing for a connection that closed or timed out, 431 for
-// a head over h1MaxHeader (tooLarge), 501 for an unknown transfer coding,
-// else 400. The rest of a refused head may still be on its way: the
-// answer lingers, so the close does not reset the connection before the
-// client has read it.
-func (hc *h1Conn) readError(err error, tooLarge bool) {
-	var ne net.Error
-	var oe *net.OpError
-	switch {
-	case tooLarge || errors.Is(err, errHeaderTooLarge):
-		hc.plain(http.StatusRequestHeaderFieldsTooLarge, "431 Request Header Fields Too Large")
-		hc.lingerClose()
-	case strings.Contains(err.Error(), "unsupported transfer encoding"):
-		hc.plain(http.StatusNotImplemented, "Unsupported transfer encoding")
-		hc.lingerClose()
-	case err == io.EOF, errors.As(err, &ne) && ne.Timeout(), errors.As(err, &oe) && oe.Op == "read":
-	default:
-		hc.s.log.Debug().Str("listener", "http").Str("client", hc.remote).Str("err", redactText(err.Error())).Msg("bad request")
-		hc.plain(http.StatusBadRequest, "400 Bad Request")
-		hc.lingerClose()
-	}
-}
-
-// plain writes a bare error answer and flushes; the connection closes.
-func (hc *h1Conn) plain(status int, body string) {
-	_, _ = hc.bw.WriteString("HTTP/1.1 " + strconv.Itoa(status) + " " + http.StatusText(status) +
-		"\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n" + body)
-	_ = hc.bw.Flush()
-}
-
-// checkRequest applies the checks net/http's Server makes after parsing.
-// http.ReadRequest has already refused a second Host header and taken
-// the Host header out of req.Header (into req.Host, unless the request
-// line's absolute URI names the host, which wins: RFC 9112 section 3.2.2).
-func checkRequest(req *http.Request) string {
-	if req.ProtoMajor != 1 {
-		return "unsupported protocol version"
-	}
-	if req.ProtoAtLeast(1, 1) && req.Host == "" && req.Method != http.MethodConnect {
-		return "missing required Host header"
-	}
-	if !validHostHeader(req.Host) {
-		return "malformed Host header"
-	}
-	for k, vv := range req.Header {
-		if !validFieldName(k) {
-			return "invalid header name"
-		}
-		for _, v := range vv {
-			if !validFieldValue(v) {
-				return "invalid header value"
-			}
-		}
-	}
-	return ""
-}
-
 // serveRequest serves one request; it reports whether the connection may
 // carry another.
 func (hc *h1Conn) serveRequest(req *http.Request) bool {
 	if msg := checkRequest(req); msg != "" {
-		if msg == "unsupported protocol version" {
-			hc.plain(http.StatusHTTPVersionNotSupported, "505 HTTP Version Not Supported")
+		if req.ProtoMajor != 1 {
+			// The HTTP/2 preface ("PRI * HTTP/2.0") lands here too.
+			hc.plain(http.StatusHTTPVersionNotSupported, "bad_request",
+				"unsupported protocol version "+strconv.Quote(req.Proto)+": rotor's proxy port speaks HTTP/1.1")
 		} else {
-			hc.plain(http.StatusBadRequest, "400 Bad Request: "+msg)
+			hc.plain(http.StatusBadRequest, "bad_request", msg)
 		}
 		return false
 	}
@@ -360,14 +335,18 @@ func (hc *h1Conn) serveRequest(req *http.Request) bool {
 	defer cancel()
 	req = req.WithContext(ctx)
 	w := &h1Writer{hc: hc, req: req, h: http.Header{}, cl: -1}
-	body := &h1Body{r: req.Body}
+	body := &h1Body{r: req.Body, br: hc.br}
+	body.buffered.Store(int64(hc.br.Buffered()))
 	if req.Body == nil || req.Body == http.NoBody {
-		body.eof = true
+		body.eof.Store(true)
 	} else {
 		if e := req.Header.Get("Expect"); e != "" {
 			if !strings.EqualFold(e, "100-continue") {
 				w.h.Set("Connection", "close")
+				w.h.Set("Content-Type", "text/plain; charset=utf-8")
+				w.h.Set("X-Rotor-Error", "bad_request")
 				w.WriteHeader(http.StatusExpectationFailed)
+				_, _ = w.Write([]byte("unsupported Expect: rotor knows only 100-continue\n"))
 				w.finish()
 				hc.lingerClose()
 				return false
@@ -378,7 +357,7 @@ func (hc *h1Conn) serveRequest(req *http.Request) bool {
 		}
 		req.Body = body
 	}
-	hc.handle(w, req, cancel)
+	hc.handle(w, req, body, cancel)
 	if hc.hijacked {
 		return false
 	}
@@ -386,27 +365,30 @@ func (hc *h1Conn) serveRequest(req *http.Request) bool {
 	if w.err != nil {
 		return false
 	}
-	if !body.eof {
-		// A body the handler left unread is still on the wire: closing is
-		// simpler and safer than reading it to find the next request.
+	if !body.eof.Load() || hc.badFraming {
+		// A body the handler left unread is still on the wire (or, with a
+		// suspect framing, what follows the body may be part of it):
+		// closing is simpler and safer than reading it to find the next
+		// request.
 		hc.lingerClose()
 		return false
 	}
-	return !w.closeAfter
+	return !w.closeAfter && !hc.halfClosed.Load()
 }
 
 // handle runs the proxy handler with the client watched.
-func (hc *h1Conn) handle(w *h1Writer, req *http.Request, cancel context.CancelFunc) {
-	hc.startWatch(cancel)
+func (hc *h1Conn) handle(w *h1Writer, req *http.Request, body *h1Body, cancel context.CancelFunc) {
+	hc.startWatch(body, cancel)
 	defer hc.stopWatch()
 	hc.s.h1.handler.ServeHTTP(w, req)
 }
 
 // startWatch arms the client check for the request cancel belongs to.
-func (hc *h1Conn) startWatch(cancel context.CancelFunc) {
+func (hc *h1Conn) startWatch(body *h1Body, cancel context.CancelFunc) {
 	hc.wmu.Lock()
 	defer hc.wmu.Unlock()
 	hc.cancel = cancel
+	hc.body = body
 	if hc.watch == nil {
 		hc.watch = time.AfterFunc(h1ClientCheck, hc.checkClient)
 	} else {
@@ -419,21 +401,39 @@ func (hc *h1Conn) stopWatch() {
 	hc.wmu.Lock()
 	defer hc.wmu.Unlock()
 	hc.cancel = nil
+	hc.body = nil
 	hc.watch.Stop()
 }
 
-// checkClient cancels the running request when its client has closed or
-// reset the connection, and checks again later otherwise.
+// checkClient cancels the running request when its client has left: it
+// reset the connection, or ended its sending side while the request body
+// is still due. An EOF after a complete request is a half-close (RFC 9112
+// section 9.6): the request goes on, and the connection closes after its
+// answer; the socket has nothing more to tell until rotor writes, so the
+// checks end. Otherwise it checks again later.
 func (hc *h1Conn) checkClient() {
 	hc.wmu.Lock()
 	defer hc.wmu.Unlock()
 	if hc.cancel == nil {
 		return
 	}
-	if clientGone(hc.c) {
+	switch peekClient(hc.c) {
+	case peerGone:
 		hc.cancel()
 		hc.cancel = nil
 		return
+	case peerEOF:
+		if hc.body.due() {
+			hc.cancel()
+			hc.cancel = nil
+			return
+		}
+		if hc.body.eof.Load() {
+			hc.halfClosed.Store(true)
+			return
+		}
+		// The rest of the body may be in the buffer: its reader decides
+		// (an early end is the client's, clientBodyError).
 	}
 	hc.watch.Reset(h1ClientCheck)
 }
@@ -453,11 +453,19 @@ func (hc *h1Conn) lingerClose() {
 
 // h1Body records whether the handler read the request body to its end,
 // and sends "100 Continue" before the first read when the client asked.
+// It may be read on another goroutine (the Transport's) while
+// checkClient looks at eof and buffered.
 type h1Body struct {
-	r   io.ReadCloser
-	w   *h1Writer // non-nil until 100 Continue was sent
-	eof bool
+	r        io.ReadCloser
+	br       *bufio.Reader // the connection's, under r
+	w        *h1Writer     // non-nil until 100 Continue was sent
+	eof      atomic.Bool
+	buffered atomic.Int64 // br.Buffered() after the last read (before the first: at the head's end)
 }
+
+// due reports whether the body needs bytes from the socket: not read to
+// its end, and nothing of it left in the connection's buffer.
+func (b *h1Body) due() bool { return !b.eof.Load() && b.buffered.Load() == 0 }
 
 func (b *h1Body) Read(p []byte) (int, error) {
 	if w := b.w; w != nil {
@@ -470,8 +478,9 @@ func (b *h1Body) Read(p []byte) (int, error) {
 		}
 	}
 	n, err := b.r.Read(p)
+	b.buffered.Store(int64(b.br.Buffered()))
 	if err == io.EOF {
-		b.eof = true
+		b.eof.Store(true)
 	}
 	return n, err
 }
@@ -595,7 +604,7 @@ func (w *h1Writer) commit(final bool) {
 			w.closeAfter = true // HTTP/1.0: the body ends with the connection
 		}
 	}
-	if req.Close || !req.ProtoAtLeast(1, 0) || hasToken(h, "Connection", "close") ||
+	if req.Close || !req.ProtoAtLeast(1, 0) || hasToken(h, "Connection", "close") || w.hc.halfClosed.Load() ||
 		(!req.ProtoAtLeast(1, 1) && !hasToken(req.Header, "Connection", "keep-alive")) {
 		w.closeAfter = true
 	}
@@ -745,55 +754,4 @@ func hasToken(h http.Header, name, token string) bool {
 		}
 	}
 	return false
-}
-
-// headBuffered reports whether br holds a whole request head.
-func headBuffered(br *bufio.Reader) bool {
-	b, _ := br.Peek(br.Buffered())
-	return bytes.Contains(b, []byte("\r\n\r\n")) || bytes.Contains(b, []byte("\n\n"))
-}
-
-// validFieldName reports whether k is an RFC 9110 token (section 5.1).
-func validFieldName(k string) bool {
-	if k == "" {
-		return false
-	}
-	for i := 0; i < len(k); i++ {
-		c := k[i]
-		switch {
-		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
-		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
-		default:
-			return false
-		}
-	}
-	return true
-}
-
-// validFieldValue reports whether v has no control characters other than
-// horizontal tab (RFC 9110 section 5.5); obs-text (0x80-0xFF) is allowed.
-func validFieldValue(v string) bool {
-	for i := 0; i < len(v); i++ {
-		if c := v[i]; (c < ' ' && c != '\t') || c == 0x7f {
-			return false
-		}
-	}
-	return true
-}
-
-// validHostHeader reports whether h has only bytes a Host header may
-// carry: those of RFC 3986's host and port, plus what net/http's Server
-// lets through for compatibility ("%" escapes, "[]" for IPv6, and bytes
-// of 0x80 and above for names not yet punycoded).
-func validHostHeader(h string) bool {
-	for i := 0; i < len(h); i++ {
-		c := h[i]
-		switch {
-		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c >= 0x80:
-		case strings.IndexByte("!$%&'()*+,-.:;=[]_~", c) >= 0:
-		default:
-			return false
-		}
-	}
-	return true
 }

@@ -4,6 +4,6 @@ package gateway
 
 import "net"
 
-// clientGone cannot peek at a socket here: a client that leaves is
+// peekClient cannot peek at a socket here: a client that leaves is
 // noticed when its answer is written.
-func clientGone(net.Conn) bool { return false }
+func peekClient(net.Conn) peerState { return peerOpen }

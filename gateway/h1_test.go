@@ -158,21 +158,38 @@ func TestH1StreamedAnswers(t *testing.T) {
 	}
 }
 
-// Requests net/http's Server refused are refused the same way.
+// Requests net/http's Server refused are refused the same way, each with
+// X-Rotor-Error: bad_request and a one-line reason (rotor used to answer
+// a bare "400 Bad Request"). The rows after the first pin net/http's
+// parse error texts (requestParseErrors) and rotor's own checks.
 func TestH1BadRequests(t *testing.T) {
 	srv := directGateway(t)
 	for _, tt := range []struct {
 		name, req string
 		status    int
+		reason    string
 	}{
-		{"garbage", "\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03\r\n\r\n", 400},
-		{"no Host on HTTP/1.1", "GET /x HTTP/1.1\r\n\r\n", 400},
-		{"two Hosts", "GET http://a.test/ HTTP/1.1\r\nHost: a.test\r\nHost: b.test\r\n\r\n", 400},
-		{"bad header name", "GET http://a.test/ HTTP/1.1\r\nHost: a.test\r\nBad Name: x\r\n\r\n", 400},
-		{"control byte in a value", "GET http://a.test/ HTTP/1.1\r\nHost: a.test\r\nX-A: a\x01b\r\n\r\n", 400},
-		{"unknown transfer coding", "POST http://a.test/ HTTP/1.1\r\nHost: a.test\r\nTransfer-Encoding: gzip\r\n\r\n", 501},
-		{"HTTP/2 request line", "GET http://a.test/ HTTP/2.0\r\nHost: a.test\r\n\r\n", 505},
-		{"Expect other than 100-continue", "POST http://a.test/ HTTP/1.1\r\nHost: a.test\r\nExpect: magic\r\nContent-Length: 3\r\n\r\nabc", 417},
+		{"garbage", "\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03\r\n\r\n", 400, "malformed request line"},
+		{"invalid method", "G(T http://a.test/ HTTP/1.1\r\nHost: a.test\r\n\r\n", 400, "invalid method"},
+		{"bad version", "GET http://a.test/ HTTX/1.1\r\nHost: a.test\r\n\r\n", 400, "malformed HTTP version"},
+		{"bad target", "GET http://a.test/%zz HTTP/1.1\r\nHost: a.test\r\n\r\n", 400, "malformed request target"},
+		{"no Host on HTTP/1.1", "GET /x HTTP/1.1\r\n\r\n", 400, "missing required Host header"},
+		{"two Hosts", "GET http://a.test/ HTTP/1.1\r\nHost: a.test\r\nHost: b.test\r\n\r\n", 400, "more than one Host header"},
+		{"space before the colon", "GET http://a.test/ HTTP/1.1\r\nHost : a.test\r\n\r\n", 400, "invalid header name"},
+		{"bad header name", "GET http://a.test/ HTTP/1.1\r\nHost: a.test\r\nBad Name: x\r\n\r\n", 400, "invalid header name"},
+		{"control byte in a value", "GET http://a.test/ HTTP/1.1\r\nHost: a.test\r\nX-A: a\x01b\r\n\r\n", 400, "malformed header line"},
+		{"no colon", "GET http://a.test/ HTTP/1.1\r\nHost: a.test\r\nNoColon\r\n\r\n", 400, "malformed header line"},
+		{"bad Content-Length", "POST http://a.test/ HTTP/1.1\r\nHost: a.test\r\nContent-Length: abc\r\n\r\n", 400, "invalid Content-Length"},
+		{"negative Content-Length", "POST http://a.test/ HTTP/1.1\r\nHost: a.test\r\nContent-Length: -1\r\n\r\n", 400, "invalid Content-Length"},
+		{"empty Content-Length", "POST http://a.test/ HTTP/1.1\r\nHost: a.test\r\nContent-Length: \r\n\r\n", 400, "invalid Content-Length"},
+		{"two Content-Lengths", "POST http://a.test/ HTTP/1.1\r\nHost: a.test\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab", 400, "conflicting Content-Length"},
+		{"unknown transfer coding", "POST http://a.test/ HTTP/1.1\r\nHost: a.test\r\nTransfer-Encoding: gzip\r\n\r\n", 501, "unsupported Transfer-Encoding"},
+		{"gzip, chunked", "POST http://a.test/ HTTP/1.1\r\nHost: a.test\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", 501, "unsupported Transfer-Encoding"},
+		{"two Transfer-Encodings", "POST http://a.test/ HTTP/1.1\r\nHost: a.test\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n", 501, "unsupported Transfer-Encoding"},
+		{"HTTP/2 request line", "GET http://a.test/ HTTP/2.0\r\nHost: a.test\r\n\r\n", 505, "HTTP/1.1"},
+		{"HTTP/2 preface", "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 505, "HTTP/1.1"},
+		{"Expect other than 100-continue", "POST http://a.test/ HTTP/1.1\r\nHost: a.test\r\nExpect: magic\r\nContent-Length: 3\r\n\r\nabc", 417, "100-continue"},
+		{"head too large", "GET http://a.test/ HTTP/1.1\r\nHost: a.test\r\nX-Big: " + strings.Repeat("z", 80<<10) + "\r\n\r\n", 431, "larger than 68 KiB"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			c, br := h1Dial(t, srv)
@@ -181,9 +198,18 @@ func TestH1BadRequests(t *testing.T) {
 			if err != nil {
 				t.Fatalf("reading the answer: %v", err)
 			}
-			resp.Body.Close()
+			b, err := io.ReadAll(resp.Body)
+			if err != nil {
+				t.Fatalf("reading the reason: %v", err)
+			}
 			if resp.StatusCode != tt.status {
-				t.Fatalf("status %d, want %d", resp.StatusCode, tt.status)
+				t.Fatalf("status %d (%q), want %d", resp.StatusCode, b, tt.status)
+			}
+			if got := resp.Header.Get("X-Rotor-Error"); got != "bad_request" {
+				t.Errorf("X-Rotor-Error %q, want bad_request", got)
+			}
+			if !strings.Contains(string(b), tt.reason) || strings.Count(string(b), "\n") != 1 {
+				t.Errorf("reason %q, want one line with %q", b, tt.reason)
 			}
 			if !resp.Close {
 				t.Errorf("the answer keeps the connection open")
@@ -281,5 +307,94 @@ func TestH1HeadTooLarge(t *testing.T) {
 			}
 			wantClosed(t, c, br)
 		})
+	}
+}
+
+// A client that half-closes (shutdown SHUT_WR) after a complete request
+// still gets its answer (RFC 9112 section 9.6), then the connection
+// closes; rotor used to take the EOF for a client that left and answer
+// "502 upstream_error: rotor: context canceled". The requests outlast a
+// few client checks (h1ClientCheck).
+func TestH1HalfClosedClientGetsItsAnswer(t *testing.T) {
+	target := upstreamtest.NewTarget(t)
+	srv := directGateway(t)
+	for _, tc := range []struct{ name, req, want string }{
+		{"GET, Connection: close", fmt.Sprintf("GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", target.URL("/delay/300ms")), "ok\n"},
+		{"GET, keep-alive", fmt.Sprintf("GET %s HTTP/1.1\r\nHost: x\r\n\r\n", target.URL("/delay/300ms")), "ok\n"},
+		{"POST with a body", fmt.Sprintf("POST %s HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello", target.URL("/delay/300ms")), "ok\n"},
+		{"POST with a chunked body", fmt.Sprintf("POST %s HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n", target.URL("/delay/300ms")), "ok\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, br := h1Dial(t, srv)
+			io.WriteString(c, tc.req)
+			if err := c.(*net.TCPConn).CloseWrite(); err != nil {
+				t.Fatal(err)
+			}
+			r, body := h1Read(t, br, strings.Fields(tc.req)[0])
+			if r.StatusCode != http.StatusOK || body != tc.want {
+				t.Fatalf("answer %d %q (X-Rotor-Error %q), want 200 %q", r.StatusCode, body, r.Header.Get("X-Rotor-Error"), tc.want)
+			}
+			if !r.Close {
+				t.Errorf("the answer to a half-closed client keeps the connection open")
+			}
+			wantClosed(t, c, br)
+		})
+	}
+	noFailures(t, srv, "up")
+}
+
+// A request with both Content-Length and Transfer-Encoding, or an HTTP/1.0
+// one with Transfer-Encoding, is answered and the connection closed (RFC
+// 9112 section 6.1: a smuggling guard): what follows it is not read as
+// another request. rotor used to keep the connection alive.
+func TestH1AmbiguousFramingCloses(t *testing.T) {
+	target := upstreamtest.NewTarget(t)
+	srv := directGateway(t)
+	for _, tc := range []struct{ name, req, want string }{
+		{"Content-Length and chunked", fmt.Sprintf("POST %s HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n", target.URL("/echo")), "hello"},
+		{"chunked and Content-Length", fmt.Sprintf("POST %s HTTP/1.1\r\nHost: x\r\ntransfer-encoding: chunked\r\ncontent-length: 3\r\n\r\n5\r\nhello\r\n0\r\n\r\n", target.URL("/echo")), "hello"},
+		{"HTTP/1.0 with Transfer-Encoding", fmt.Sprintf("POST %s HTTP/1.0\r\nHost: x\r\nConnection: keep-alive\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\nhello", target.URL("/echo")), "hello"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, br := h1Dial(t, srv)
+			// A second request after it must not be answered.
+			io.WriteString(c, tc.req+fmt.Sprintf("GET %s HTTP/1.1\r\nHost: x\r\n\r\n", target.URL("/ok")))
+			r, body := h1Read(t, br, http.MethodPost)
+			if r.StatusCode != http.StatusOK || body != tc.want {
+				t.Fatalf("answer %d %q, want 200 %q", r.StatusCode, body, tc.want)
+			}
+			if !r.Close {
+				t.Errorf("the answer keeps the connection open")
+			}
+			wantClosed(t, c, br)
+		})
+	}
+	// Either field alone keeps the connection.
+	c, br := h1Dial(t, srv)
+	fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n", target.URL("/echo"))
+	if r, body := h1Read(t, br, http.MethodPost); r.StatusCode != http.StatusOK || body != "hello" || r.Close {
+		t.Fatalf("chunked alone: %d %q close=%v, want 200 kept alive", r.StatusCode, body, r.Close)
+	}
+}
+
+// TestHeadFraming pins what the peek before parsing finds in a head.
+func TestHeadFraming(t *testing.T) {
+	for _, tc := range []struct {
+		head         string
+		cl, te, seen bool
+	}{
+		{"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\nx", true, false, true},
+		{"POST / HTTP/1.1\r\nHost: x\r\nTRANSFER-ENCODING: chunked\r\nContent-Length: 1\r\n\r\n", true, true, true},
+		{"POST / HTTP/1.1\nHost: x\nTransfer-Encoding: chunked\n\n", false, true, true},
+		{"GET / HTTP/1.1\r\nHost: x\r\nX-Note: Content-Length: 1\r\n\r\n", false, false, true},
+		{"POST / HTTP/1.1\r\nHost: x\r\n\r\nContent-Length: 1\r\n\r\n", false, false, true}, // in the body
+		{"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n", false, false, false},
+	} {
+		br := bufio.NewReader(strings.NewReader(tc.head))
+		_, _ = br.Peek(1)
+		cl, te, seen := headFraming(br)
+		if cl != tc.cl || te != tc.te || seen != tc.seen {
+			t.Errorf("headFraming(%q) = %v %v %v, want %v %v %v", tc.head, cl, te, seen, tc.cl, tc.te, tc.seen)
+		}
 	}
 }

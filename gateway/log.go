@@ -91,18 +91,29 @@ func (s *Server) logTunnel(id uint64, front string, c net.Conn, user, target str
 
 // errOutcome is the outcome of a tunnel or request that ended with err
 // before it was served: "unavailable" when nothing was eligible in time,
-// "client_gone" when the client left while rotor waited or dialled (its
-// own doing: logged at info, not as a failure; a dial cancelled by
-// shutdown is not that), else "failed".
+// "client_gone" when the client left while rotor waited or dialled, or
+// while it sent its request body (its own doing: logged at info, not as
+// a failure; a dial cancelled by shutdown is not that), "bad_request"
+// for a request body that was malformed or stalled (the client's too),
+// else "failed".
 func (s *Server) errOutcome(err error) string {
+	var ce *clientBodyError
 	switch {
 	case errors.Is(err, upstream.ErrNoEligible):
 		return "unavailable"
+	case errors.As(err, &ce) && ce.fault() != bodyGone:
+		return "bad_request"
+	case errors.As(err, &ce) && s.ctx.Err() == nil:
+		return "client_gone"
 	case errors.Is(err, context.Canceled) && s.ctx.Err() == nil:
 		return "client_gone"
 	}
 	return "failed"
 }
+
+// clientsOutcome reports whether outcome is the client's own doing, which
+// is logged at info: it is no sign of a problem with rotor or upstreams.
+func clientsOutcome(outcome string) bool { return outcome == "client_gone" || outcome == "bad_request" }
 
 // logForward writes the summary line of one forwarded plain-HTTP request.
 func (s *Server) logForward(id uint64, r *http.Request, user string, e *upstream.Endpoint, att *upstream.Attempts, err error, n int64, start time.Time) {
@@ -113,7 +124,7 @@ func (s *Server) logForward(id uint64, r *http.Request, user string, e *upstream
 	s.metrics.tunnelDone("http_forward", outcome)
 	s.metrics.bytes(0, n)
 	ev := s.log.Info()
-	if err != nil && outcome != "client_gone" {
+	if err != nil && !clientsOutcome(outcome) {
 		ev = s.log.Warn()
 	}
 	ev = ev.Uint64("conn_id", id).Str("listener", "http").Str("client", r.RemoteAddr).Str("target", r.URL.Host).

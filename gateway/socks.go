@@ -295,7 +295,7 @@ func (s *Server) socksTunnel(id uint64, c net.Conn, pending []byte, params userP
 
 // clientWatch cancels a SOCKS5 request's dial when its client leaves
 // while rotor waits for an upstream or dials, as the HTTP front does for
-// its requests: every h1ClientCheck it peeks at the socket (clientGone
+// its requests: every h1ClientCheck it peeks at the socket (peekClient
 // consumes nothing, so data the client sent after its request stays
 // queued for the tunnel). Its timer goroutine is owned by the watch: once
 // stop returns, a check that fires finds done set and returns at once.
@@ -323,7 +323,9 @@ func (w *clientWatch) check() {
 	if w.done {
 		return
 	}
-	if clientGone(w.c) {
+	// EOF counts as gone here: a client that ended its sending side
+	// with nothing queued has sent nothing for the tunnel.
+	if peekClient(w.c) != peerOpen {
 		w.done = true
 		w.cancel()
 		return

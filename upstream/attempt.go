@@ -517,6 +517,15 @@ func (a *Attempts) Failed(ctx context.Context, e *Endpoint, err error) error {
 	return nil
 }
 
+// Neutral releases e after an attempt that ended by the client's doing
+// once e was picked (the gateway: the client's request body failed while
+// it was sent). It is neither a success nor a failure: nothing is
+// reported to e's record, and the caller tries no other upstream.
+func (a *Attempts) Neutral(e *Endpoint) {
+	a.p.release(e)
+	a.p.tr.Neutral(e.rec)
+}
+
 // Release ends e's use by a request that Next returned it for.
 func (p *Pool) Release(e *Endpoint) { p.release(e) }
 
