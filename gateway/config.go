@@ -238,9 +238,26 @@ func ParseConfig(path string, data []byte) (*Config, error) {
 	c.fill(&md)
 	errs = append(errs, c.validate()...)
 	if len(errs) > 0 {
-		return nil, errs
+		return nil, errs.sorted()
 	}
 	return c, nil
+}
+
+// sorted orders es by line, stably, with the errors of no line (about the
+// whole file) last: -check then reads like the file.
+func (es ConfigErrors) sorted() ConfigErrors {
+	slices.SortStableFunc(es, func(a, b ConfigError) int {
+		switch {
+		case a.Line == b.Line:
+			return 0
+		case a.Line == 0:
+			return 1
+		case b.Line == 0:
+			return -1
+		}
+		return a.Line - b.Line
+	})
+	return es
 }
 
 // fill applies defaults. md is nil for built-in defaults.
@@ -311,8 +328,13 @@ func (c *Config) validate() ConfigErrors {
 			add(c.lines.key(d.key), "%s: durations must not be negative", d.key)
 		}
 	}
-	if c.Listen.MaxConnections < 0 || c.Listen.MaxConnectionsPerIP < 0 {
-		add(c.lines.table("listen"), "listen: connection limits must not be negative")
+	for _, l := range []struct {
+		key string
+		v   int
+	}{{"max_connections", c.Listen.MaxConnections}, {"max_connections_per_ip", c.Listen.MaxConnectionsPerIP}} {
+		if l.v < 0 {
+			add(c.lines.key(toml.Key{"listen", l.key}), "listen.%s: must not be negative (0 = no cap)", l.key)
+		}
 	}
 	if c.Metrics.PerUpstreamLimit < 0 {
 		add(c.lines.key(toml.Key{"metrics", "per_upstream_limit"}), "metrics.per_upstream_limit: must not be negative (0 = no limit)")
@@ -329,16 +351,16 @@ func (c *Config) validate() ConfigErrors {
 			if cl.PasswordEnv != "" {
 				add(c.elemKey("client", i, "password_env"), "client %q: environment variable %s is empty or unset", cl.Username, cl.PasswordEnv)
 			} else {
-				add(line, "client %q: password (or password_env) is required", cl.Username)
+				// At the password line when there is one (password = ""),
+				// else at the [[client]] header.
+				add(c.elemKey("client", i, "password"), "client %q: password (or password_env) is required", cl.Username)
 			}
 		}
 	}
-	if err := c.Pool.Validate(); err != nil {
-		add(c.lines.table("pool"), "%v", err)
-	}
-	if err := (health.Config{Cooldown: c.Cooldown, Probe: c.Probe}).Validate(); err != nil {
-		add(c.lines.table("cooldown", "probe"), "%v", err)
-	}
+	// Each package reports every problem of its tables, each naming its
+	// key: one error per problem, at that key's line.
+	errs = append(errs, c.keyErrors(c.Pool.Validate(), c.lines.table("pool"))...)
+	errs = append(errs, c.keyErrors((health.Config{Cooldown: c.Cooldown, Probe: c.Probe}).Validate(), c.lines.table("cooldown", "probe"))...)
 	for _, s := range []struct{ table, scope string }{{"slow_body", c.SlowBody.Scope}, {"target_http_error", c.TargetHTTPError.Scope}} {
 		if s.scope != "target" && s.scope != "upstream" {
 			add(c.lines.key(toml.Key{s.table, "scope"}), "%s.scope: %q is not \"target\" or \"upstream\"", s.table, s.scope)
@@ -349,9 +371,7 @@ func (c *Config) validate() ConfigErrors {
 			add(c.lines.key(toml.Key{"target_http_error", "statuses"}), "target_http_error.statuses: %d is not an HTTP status", st)
 		}
 	}
-	if err := c.Cluster.Validate(); err != nil {
-		add(c.lines.table("cluster"), "%v", err)
-	}
+	errs = append(errs, c.keyErrors(c.Cluster.Validate(), c.lines.table("cluster"))...)
 	if len(c.Upstreams) == 0 && len(c.UpstreamFiles) == 0 {
 		add(0, "no [[upstream]] or [[upstream_file]] configured")
 	}
@@ -381,13 +401,18 @@ func (c *Config) validate() ConfigErrors {
 			}
 			names[u.Name] = nameLine
 		}
-		if u.Weight < 0 || u.MaxConns < 0 || u.Rate < 0 {
-			add(c.lines.arrayTable("upstream", i), "upstream %s: weight, max_conns and rate must not be negative", upstream.Redact(spec.URL))
+		for _, n := range []struct {
+			key string
+			neg bool
+		}{{"weight", u.Weight < 0}, {"max_conns", u.MaxConns < 0}, {"rate", u.Rate < 0}} {
+			if n.neg {
+				add(c.elemKey("upstream", i, n.key), "upstream %s: %s must not be negative", upstream.Redact(spec.URL), n.key)
+			}
 		}
 	}
 	for i, f := range c.UpstreamFiles {
 		if f.Path == "" {
-			add(c.lines.arrayTable("upstream_file", i), "upstream_file: path is required")
+			add(c.elemKey("upstream_file", i, "path"), "upstream_file: path is required")
 		}
 		switch f.Scheme {
 		case "", "http", "https", "socks5", "socks5h":

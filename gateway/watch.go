@@ -2,11 +2,13 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+	"github.com/rs/zerolog"
 )
 
 // reloadDebounce lets an editor finish a multi-step save before reloading.
@@ -51,7 +53,7 @@ func (s *Server) Watch(ctx context.Context, hup <-chan os.Signal) {
 	reload := func(why string) {
 		s.log.Info().Str("reason", why).Msg("reloading")
 		if err := s.ReloadFile(); err != nil {
-			s.log.Error().Str("err", err.Error()).Msg("reload rejected: keeping the running config")
+			logReloadError(s.log, err)
 		}
 		refresh()
 	}
@@ -104,4 +106,30 @@ func absPath(p string) string {
 		return a
 	}
 	return p
+}
+
+// logReloadError logs a rejected reload. Several problems (a config with
+// several errors, or a joined error) are logged one per line, err being
+// FILE:LINE: message, then the rejection with their count: no log line
+// holds a multi-line string.
+func logReloadError(log zerolog.Logger, err error) {
+	var msgs []string
+	var ces ConfigErrors
+	if errors.As(err, &ces) {
+		for _, ce := range ces {
+			msgs = append(msgs, ce.Error())
+		}
+	} else {
+		for _, e := range leafErrors(err) {
+			msgs = append(msgs, e.Error())
+		}
+	}
+	if len(msgs) == 1 {
+		log.Error().Str("err", msgs[0]).Msg("reload rejected: keeping the running config")
+		return
+	}
+	for _, m := range msgs {
+		log.Error().Str("err", m).Msg("config error")
+	}
+	log.Error().Int("errors", len(msgs)).Msg("reload rejected: keeping the running config")
 }
