@@ -202,45 +202,56 @@ func LoadConfig(path string) (*Config, error) {
 	return ParseConfig(path, data)
 }
 
-// ParseConfig decodes and validates data as the file named path.
+// ParseConfig decodes and validates data as the file named path. It
+// reports every error it finds at once: only a TOML syntax error stops it
+// (nothing after it can be read); a value of the wrong type or a bad
+// duration is reported and left out, and the rest is still checked.
 func ParseConfig(path string, data []byte) (*Config, error) {
+	c, errs := parseConfig(path, data)
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	return c, nil
+}
+
+// parseConfig is ParseConfig, also returning the config when it has
+// errors but could be decoded (nil: not TOML, or not decodable), with the
+// values that had errors left at their defaults. -check uses it to check
+// the list files of a config with errors too.
+func parseConfig(path string, data []byte) (*Config, ConfigErrors) {
 	text := string(data)
 	c := &Config{path: path, lines: indexLines(text), elems: indexElems(text)}
-	md, err := toml.Decode(text, c)
-	var pe toml.ParseError
-	if errors.As(err, &pe) {
-		tree, _ := decodeTree(text) // nil for a syntax error
-		return nil, ConfigErrors{c.parseError(pe, tree)}
-	}
-	// The syntax is valid: the plain tree shows what each key holds,
-	// which the typed decode hides (an integer duration) or reports
-	// without a usable line (a type error in a [[table]]).
-	tree, terr := decodeTree(text)
-	if terr != nil {
-		return nil, ConfigErrors{{File: path, Msg: redactText(strings.TrimPrefix(terr.Error(), "toml: "))}}
-	}
-	errs, durKeys := c.durationErrors(tree)
+	// The plain tree first: it fails only on syntax, and shows what each
+	// key holds, which the typed decode hides (an integer duration) or
+	// reports one at a time without a usable line (a type error).
+	tree, err := decodeTree(text)
 	if err != nil {
-		if de, key := c.decodeError(err, tree); !durKeys[key] {
-			errs = append(errs, de)
-			slices.SortStableFunc(errs, func(a, b ConfigError) int { return a.Line - b.Line })
+		var pe toml.ParseError
+		if errors.As(err, &pe) {
+			return nil, ConfigErrors{c.parseError(pe)}
 		}
-		return nil, errs
+		return nil, ConfigErrors{{File: path, Msg: redactText(strings.TrimPrefix(err.Error(), "toml: "))}}
+	}
+	md, errs, ok := c.decode(text, tree)
+	if !ok {
+		return nil, errs.sorted()
+	}
+	// A value left out for its error is at its default now: what
+	// validation says about the same line would be about that default.
+	bad := map[int]bool{}
+	for _, e := range errs {
+		bad[e.Line] = true
 	}
 	for _, k := range md.Undecoded() {
 		errs = append(errs, ConfigError{File: path, Line: c.lines.key(k), Msg: fmt.Sprintf("unknown key %q", k.String())})
 	}
-	if len(durKeys) > 0 {
-		// The values decoded as nanoseconds: checking them further would
-		// only add confusing errors.
-		return nil, errs
-	}
 	c.fill(&md)
-	errs = append(errs, c.validate()...)
-	if len(errs) > 0 {
-		return nil, errs.sorted()
+	for _, e := range c.validate() {
+		if e.Line == 0 || !bad[e.Line] {
+			errs = append(errs, e)
+		}
 	}
-	return c, nil
+	return c, errs.sorted()
 }
 
 // sorted orders es by line, stably, with the errors of no line (about the

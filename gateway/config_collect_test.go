@@ -222,3 +222,114 @@ func TestReloadErrorsLoggedOneEach(t *testing.T) {
 		t.Errorf("logged errors:\n%s\nwant:\n%s\nlog:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"), logs)
 	}
 }
+
+// TestConfigTypeErrorsHideNothing: one run reports every error it can
+// find; a value of the wrong type or a bad duration is one error among
+// the others (bugs: max_attempts = "three" hid unknown keys, bad
+// durations and a bad strategy; weight = "heavy" only appeared once
+// shutdown_grace = 30 was fixed). Only a syntax error stops everything.
+func TestConfigTypeErrorsHideNothing(t *testing.T) {
+	tests := []struct {
+		name  string
+		lines []string
+		want  []string // the whole output, FILE:LINE: message per line
+	}{
+		{"a type error hides nothing",
+			[]string{
+				"shutdown_grace = \"30 seconds\"",
+				"typo_key = 1",
+				"[pool]",
+				"max_attempts = \"three\"",
+				"strategy = \"bogus\"",
+				"[probe]",
+				"timeout = 5",
+				"[[upstream]]",
+				"url = \"direct://\"",
+			},
+			[]string{
+				`t.toml:1: shutdown_grace: invalid duration "30 seconds" (want a duration string like "5s", "500ms" or "1m30s")`,
+				`t.toml:2: unknown key "typo_key"`,
+				`t.toml:4: pool.max_attempts: want an integer, got a string`,
+				`t.toml:5: pool.strategy: unknown strategy "bogus" (round-robin, random, least-conn, weighted, lowest-latency)`,
+				`t.toml:7: probe.timeout: want a duration string like "5s", got the integer 5`,
+			}},
+		{"an integer duration hides nothing",
+			[]string{
+				"shutdown_grace = 30",
+				"[[upstream]]",
+				"url = \"socks5://127.0.0.1:1080\"",
+				"weight = \"heavy\"",
+				"max_conns = -1",
+			},
+			[]string{
+				`t.toml:1: shutdown_grace: want a duration string like "5s", got the integer 30`,
+				`t.toml:4: upstream.weight: want an integer, got a string`,
+				`t.toml:5: upstream socks5://127.0.0.1:1080: max_conns must not be negative`,
+			}},
+		{"one per [[upstream]] element, at its own line",
+			[]string{
+				"[[upstream]]",
+				"url = \"socks5://127.0.0.1:1\"",
+				"tags = \"x\"",
+				"[[upstream]]",
+				"url = \"socks5://127.0.0.1:2\"",
+				"disabled = \"yes\"",
+				"[[upstream]]",
+				"url = \"socks5://127.0.0.1:3\"",
+				"tags = 5",
+				"rate = \"fast\"",
+			},
+			[]string{
+				`t.toml:3: upstream.tags: want an array, got a string`,
+				`t.toml:6: upstream.disabled: want true or false, got a string`,
+				`t.toml:9: upstream.tags: want an array, got an integer`,
+				`t.toml:10: upstream.rate: want a number, got a string`,
+			}},
+		{"a value left out is not reported again as missing",
+			[]string{
+				"[[client]]",
+				"username = \"u\"",
+				"password = 918273645",
+				"[[upstream]]",
+				"url = 5",
+				"[[upstream]]",
+				"url = \"direct://\"",
+			},
+			[]string{
+				`t.toml:3: client.password: want a string, got an integer`,
+				`t.toml:5: upstream.url: want a string, got an integer`,
+			}},
+		{"a wrong element in an array",
+			[]string{
+				"[pool]",
+				"retry_statuses = [429, \"503\"]",
+				"strategy = \"nope\"",
+				"[[upstream]]",
+				"url = \"direct://\"",
+			},
+			[]string{
+				`t.toml:2: pool.retry_statuses: want an integer, got a string`,
+				`t.toml:3: pool.strategy: unknown strategy "nope" (round-robin, random, least-conn, weighted, lowest-latency)`,
+			}},
+		{"a syntax error stops everything",
+			[]string{
+				"[pool]",
+				"max_attempts = \"three\"",
+				"strategy = = 1",
+			},
+			[]string{
+				`t.toml:3: expected value but found '=' instead`,
+			}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := ParseConfig("t.toml", []byte(strings.Join(tt.lines, "\n")+"\n"))
+			if err == nil {
+				t.Fatal("config accepted")
+			}
+			if got, want := err.Error(), strings.Join(tt.want, "\n"); got != want {
+				t.Errorf("got:\n%s\nwant:\n%s", got, want)
+			}
+		})
+	}
+}
