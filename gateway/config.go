@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -58,6 +59,9 @@ type Config struct {
 	path  string
 	lines lineIndex
 	elems elemIndex
+	// named[i] is whether the i-th [[upstream]] sets name, so that
+	// name = "" is an error rather than the default name.
+	named []bool
 }
 
 // ListenConfig is the [listen] table.
@@ -236,6 +240,7 @@ func parseConfig(path string, data []byte) (*Config, ConfigErrors) {
 	if !ok {
 		return nil, errs.sorted()
 	}
+	c.named = elemsSetting(tree, "upstream", reflect.TypeFor[UpstreamConfig](), "Name")
 	// A value left out for its error is at its default now: what
 	// validation says about the same line would be about that default.
 	bad := map[int]bool{}
@@ -389,6 +394,15 @@ func (c *Config) validate() ConfigErrors {
 	names := map[string]int{}
 	keys := map[string]int{}
 	for i, u := range c.Upstreams {
+		if u.Name != "" || i < len(c.named) && c.named[i] {
+			if err := upstream.CheckName(u.Name); err != nil {
+				shown := u.Name
+				if len(shown) > 60 {
+					shown = strings.ToValidUTF8(shown[:60], "") + "…"
+				}
+				add(c.elemKey("upstream", i, "name"), "upstream name %q: %v", shown, err)
+			}
+		}
 		line := c.elemKey("upstream", i, "url")
 		spec, err := u.spec()
 		if err != nil {

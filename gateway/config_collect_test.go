@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -329,6 +331,80 @@ func TestConfigTypeErrorsHideNothing(t *testing.T) {
 			}
 			if got, want := err.Error(), strings.Join(tt.want, "\n"); got != want {
 				t.Errorf("got:\n%s\nwant:\n%s", got, want)
+			}
+		})
+	}
+}
+
+// TestConfigUpstreamNames: a [[upstream]] name must be usable as one
+// path segment of the admin API, a metrics label and a header value
+// (bugs: "  " and "x\u0000y<script>" passed -check and loaded; "dc/1"
+// could only be addressed as dc%2F1).
+func TestConfigUpstreamNames(t *testing.T) {
+	tests := []struct {
+		name string // TOML basic-string body
+		want string // "" = valid
+	}{
+		{`dc-1`, ""},
+		{`dc 1.eu`, ""},
+		{`Zürich ✓ #2`, ""},
+		{`a?b&c=d`, ""},
+		{`...x`, ""},
+		{`  `, `upstream name "  ": must not be empty or only white space`},
+		{``, `upstream name "": must not be empty or only white space`},
+		{`x\u0000y<script>`, `upstream name "x\x00y<script>": must not contain control or non-printable characters (found U+0000)`},
+		{`a\nb`, `upstream name "a\nb": must not contain control or non-printable characters (found U+000A)`},
+		{`tab\there`, `(found U+0009)`},
+		{`rtl\u202Eoverride`, `(found U+202E)`},
+		{`dc/1`, `upstream name "dc/1": must not contain '/'`},
+		{`..`, `upstream name "..": must not be "." or ".."`},
+		{strings.Repeat("n", 201), `upstream name "` + strings.Repeat("n", 60) + `…": is 201 bytes long; at most 200`},
+		{strings.Repeat("n", 200), ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			text := "[[upstream]]\nurl = \"direct://\"\n\nname = \"" + tt.name + "\"\n"
+			_, err := ParseConfig("n.toml", []byte(text))
+			switch {
+			case tt.want == "" && err != nil:
+				t.Errorf("refused: %v", err)
+			case tt.want == "":
+			case err == nil:
+				t.Errorf("accepted, want n.toml:4: …%s…", tt.want)
+			case !strings.HasPrefix(err.Error(), "n.toml:4: ") || !strings.Contains(err.Error(), tt.want) || strings.Contains(err.Error(), "\n"):
+				t.Errorf("err = %v\nwant n.toml:4: …%s…", err, tt.want)
+			}
+		})
+	}
+	t.Run("Name is a name too", func(t *testing.T) {
+		_, err := ParseConfig("n.toml", []byte("[[upstream]]\nurl = \"direct://\"\nName = \"\"\n"))
+		if err == nil || !strings.Contains(err.Error(), "must not be empty") {
+			t.Errorf("err = %v, want the empty-name error", err)
+		}
+	})
+}
+
+// TestAdminAddressesAllowedNames: every name the config allows is
+// reachable in the admin API with the usual path escaping (spaces, dots,
+// '?', '#', '%', Unicode), for GET and the POST actions.
+func TestAdminAddressesAllowedNames(t *testing.T) {
+	names := []string{"dc 1.eu", "...x", "Zürich ✓", "a?b#c", "50% off", "x.y"}
+	var text strings.Builder
+	for i, n := range names {
+		fmt.Fprintf(&text, "[[upstream]]\nurl = \"socks5://127.0.0.1:%d\"\nname = %s\n", 20001+i, tomlString(n))
+	}
+	f := newAdminFixture(t, text.String(), fixedClock())
+	for _, n := range names {
+		t.Run(n, func(t *testing.T) {
+			esc := url.PathEscape(n)
+			if got := f.record(t, n)["name"]; got != n {
+				t.Errorf("GET %s: name %v", esc, got)
+			}
+			if code, _, body := f.do(t, "POST", "/api/upstreams/"+esc+"/disable", ""); code != http.StatusOK {
+				t.Errorf("POST %s/disable: %d %s", esc, code, body)
+			}
+			if got := f.record(t, n)["state"]; got != "disabled" {
+				t.Errorf("after disable: state %v", got)
 			}
 		})
 	}

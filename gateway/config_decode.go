@@ -262,6 +262,22 @@ func decodeMsg(err error) ([]string, string) {
 	return splitKey(keyStr), keyStr + ": " + msg
 }
 
+// elemsSetting reports, for each element of the array of tables name in
+// tree, whether it sets the key that decodes into field of elem (matched
+// as the decoder matches keys, so "Name" sets Name too).
+func elemsSetting(tree map[string]any, name string, elem reflect.Type, field string) []bool {
+	elems, _ := tree[name].([]map[string]any)
+	set := make([]bool, len(elems))
+	for i, e := range elems {
+		for k := range e {
+			if f, ok := tomlField(elem, k); ok && f.Name == field {
+				set[i] = true
+			}
+		}
+	}
+	return set
+}
+
 // keyType returns the Go type key decodes into, starting from struct type
 // t, or nil when no field takes it. Fields are matched as the decoder does:
 // by toml tag or field name, exactly first, then ignoring case; untagged
