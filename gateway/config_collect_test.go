@@ -313,6 +313,16 @@ func TestConfigTypeErrorsHideNothing(t *testing.T) {
 				`t.toml:2: pool.retry_statuses: want an integer, got a string`,
 				`t.toml:3: pool.strategy: unknown strategy "nope" (round-robin, random, least-conn, weighted, lowest-latency)`,
 			}},
+		{"inside an inline array of tables, at the array's line",
+			[]string{
+				"",
+				"client = [{username = \"a\", password = \"pw-a\"}, {username = \"b\", password = 5}]",
+				"[[upstream]]",
+				"url = \"direct://\"",
+			},
+			[]string{
+				`t.toml:2: client.password: want a string, got an integer`,
+			}},
 		{"a syntax error stops everything",
 			[]string{
 				"[pool]",

@@ -110,7 +110,7 @@ func (c *Config) checkTree(tree map[string]any, leaves bool) ConfigErrors {
 				return true
 			}
 		case t.Kind() == reflect.Slice && deref(t.Elem()).Kind() == reflect.Struct:
-			if elems, ok := v.([]map[string]any); ok {
+			if elems, ok := tables(v); ok {
 				for i, e := range elems {
 					elemLine := line
 					if len(key) == 1 {
@@ -155,6 +155,26 @@ func (c *Config) checkTree(tree map[string]any, leaves bool) ConfigErrors {
 	}
 	walk(tree, reflect.TypeFor[Config](), nil, func(k toml.Key) int { return c.lines.key(k) })
 	return errs
+}
+
+// tables returns v as the tables of an array of tables: [[name]]
+// sections, or an inline array whose elements are all tables.
+func tables(v any) ([]map[string]any, bool) {
+	switch v := v.(type) {
+	case []map[string]any:
+		return v, true
+	case []any:
+		out := make([]map[string]any, len(v))
+		for i, e := range v {
+			m, ok := e.(map[string]any)
+			if !ok {
+				return nil, false
+			}
+			out[i] = m
+		}
+		return out, true
+	}
+	return nil, false
 }
 
 // decodeLeaf decodes v alone into a value of type t, as the typed decode
@@ -497,10 +517,14 @@ func indexElems(text string) elemIndex {
 }
 
 // elemKey returns the line of key in the i-th [[name]], else the line of
-// that element's header, or 0.
+// that element's header, else (an inline array, name = [{...}]) the line
+// of name, or 0.
 func (c *Config) elemKey(name string, i int, key string) int {
 	if l := c.elems[name]; i < len(l) && l[i][key] > 0 {
 		return l[i][key]
 	}
-	return c.lines.arrayTable(name, i)
+	if l := c.lines.arrayTable(name, i); l > 0 {
+		return l
+	}
+	return c.lines.keys[name]
 }
