@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -201,5 +202,28 @@ func TestClusterConfigDefaults(t *testing.T) {
 	}
 	if err := (Config{Redis: "redis://:pw@h:1", LeaseTTL: time.Millisecond}).Validate(); err == nil {
 		t.Error("1ms lease accepted")
+	}
+}
+
+// TestClusterConfigValidateReportsEvery: every invalid [cluster] field is
+// its own error naming its key, also when redis is missing (bug: one
+// "; "-joined string, and nothing past a missing redis).
+func TestClusterConfigValidateReportsEvery(t *testing.T) {
+	err := Config{Instance: "a b", LeaseTTL: time.Millisecond, Resync: -1, MaxClockSkew: -1, History: -1}.Validate()
+	j, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		t.Fatalf("err %T is not joined: %v", err, err)
+	}
+	var got []string
+	for _, e := range j.Unwrap() {
+		var ke *KeyError
+		if !errors.As(e, &ke) {
+			t.Fatalf("%v is not a *KeyError", e)
+		}
+		got = append(got, ke.Key)
+	}
+	want := []string{"cluster.redis", "cluster.instance", "cluster.lease_ttl", "cluster.max_clock_skew", "cluster.resync", "cluster.history"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("keys %v, want %v", got, want)
 	}
 }

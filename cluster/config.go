@@ -104,40 +104,57 @@ func (c Config) WithDefaults() Config {
 }
 
 // Validate checks c. A Config with no Redis URL and nothing else set is
-// valid (fleet mode off). Errors never carry a password.
+// valid (fleet mode off). It reports every problem, joined; each is a
+// *KeyError naming its key. Errors never carry a password.
 func (c Config) Validate() error {
-	if !c.Enabled() {
-		if c != (Config{}) {
-			return errors.New("cluster: redis is required")
-		}
+	if c == (Config{}) {
 		return nil
 	}
-	var errs []string
-	if _, err := redis.ParseURL(c.Redis); err != nil {
-		errs = append(errs, fmt.Sprintf("cluster.redis: not a redis:// URL (%s)", redactURLError(err)))
+	var errs []error
+	if !c.Enabled() {
+		errs = append(errs, keyErr("cluster.redis", "required when [cluster] sets anything (fleet mode needs Redis)"))
+	} else if _, err := redis.ParseURL(c.Redis); err != nil {
+		errs = append(errs, keyErr("cluster.redis", "not a redis:// URL (%s)", redactURLError(err)))
 	}
 	if c.RedisPasswordEnv != "" && os.Getenv(c.RedisPasswordEnv) == "" {
-		errs = append(errs, fmt.Sprintf("cluster.redis_password_env: environment variable %s is empty or unset", c.RedisPasswordEnv))
+		errs = append(errs, keyErr("cluster.redis_password_env", "environment variable %s is empty or unset", c.RedisPasswordEnv))
 	}
 	if strings.ContainsAny(c.Instance, " \t\r\n/") {
-		errs = append(errs, fmt.Sprintf("cluster.instance: %q must not contain spaces or '/'", c.Instance))
+		errs = append(errs, keyErr("cluster.instance", "%q must not contain spaces or '/'", c.Instance))
 	}
 	if strings.ContainsAny(c.Prefix, " \t\r\n") {
-		errs = append(errs, fmt.Sprintf("cluster.prefix: %q must not contain spaces", c.Prefix))
+		errs = append(errs, keyErr("cluster.prefix", "%q must not contain spaces", c.Prefix))
 	}
 	if c.LeaseTTL != 0 && c.LeaseTTL < 500*time.Millisecond {
-		errs = append(errs, "cluster.lease_ttl: must be at least 500ms")
+		errs = append(errs, keyErr("cluster.lease_ttl", "must be at least 500ms"))
 	}
-	if c.MaxClockSkew < 0 || c.Resync < 0 {
-		errs = append(errs, "cluster: durations must not be negative")
+	if c.MaxClockSkew < 0 {
+		errs = append(errs, keyErr("cluster.max_clock_skew", "must not be negative"))
+	}
+	if c.Resync < 0 {
+		errs = append(errs, keyErr("cluster.resync", "must not be negative"))
 	}
 	if c.History < 0 {
-		errs = append(errs, "cluster.history: must not be negative")
+		errs = append(errs, keyErr("cluster.history", "must not be negative"))
 	}
-	if len(errs) > 0 {
-		return errors.New(strings.Join(errs, "; "))
-	}
-	return nil
+	return errors.Join(errs...)
+}
+
+// KeyError is one invalid [cluster] key: Key is its dotted TOML name
+// ("cluster.lease_ttl"), Err what is wrong with its value.
+type KeyError struct {
+	Key string
+	Err error
+}
+
+func (e *KeyError) Error() string { return e.Key + ": " + e.Err.Error() }
+func (e *KeyError) Unwrap() error { return e.Err }
+
+// ConfigKey returns Key; config checks find the key's line with it.
+func (e *KeyError) ConfigKey() string { return e.Key }
+
+func keyErr(key, format string, a ...any) error {
+	return &KeyError{Key: key, Err: fmt.Errorf(format, a...)}
 }
 
 // redactURLError keeps go-redis's URL errors from echoing a password: it

@@ -380,7 +380,7 @@ func TestClusterConfig(t *testing.T) {
 	}{
 		{"absent", base, ""},
 		{"ok", base + "[cluster]\nredis = \"redis://127.0.0.1:6379/0\"\ninstance = \"a\"\n", ""},
-		{"no redis", base + "[cluster]\ninstance = \"a\"\n", "cluster: redis is required"},
+		{"no redis", base + "[cluster]\ninstance = \"a\"\n", "cluster.redis: required"},
 		{"bad url", base + "[cluster]\nredis = \"http://x:secret@h/\"\n", "cluster.redis"},
 		{"unknown key", base + "[cluster]\nredis = \"redis://h:6379\"\nbogus = 1\n", `unknown key "cluster.bogus"`},
 		{"short lease", base + "[cluster]\nredis = \"redis://h:6379\"\nlease_ttl = \"10ms\"\n", "lease_ttl"},

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -58,6 +59,9 @@ type Config struct {
 	path  string
 	lines lineIndex
 	elems elemIndex
+	// named[i] is whether the i-th [[upstream]] sets name, so that
+	// name = "" is an error rather than the default name.
+	named []bool
 }
 
 // ListenConfig is the [listen] table.
@@ -202,45 +206,74 @@ func LoadConfig(path string) (*Config, error) {
 	return ParseConfig(path, data)
 }
 
-// ParseConfig decodes and validates data as the file named path.
+// ParseConfig decodes and validates data as the file named path. It
+// reports every error it finds at once: only a TOML syntax error stops it
+// (nothing after it can be read); a value of the wrong type or a bad
+// duration is reported and left out, and the rest is still checked.
 func ParseConfig(path string, data []byte) (*Config, error) {
-	text := string(data)
-	c := &Config{path: path, lines: indexLines(text), elems: indexElems(text)}
-	md, err := toml.Decode(text, c)
-	var pe toml.ParseError
-	if errors.As(err, &pe) {
-		tree, _ := decodeTree(text) // nil for a syntax error
-		return nil, ConfigErrors{c.parseError(pe, tree)}
-	}
-	// The syntax is valid: the plain tree shows what each key holds,
-	// which the typed decode hides (an integer duration) or reports
-	// without a usable line (a type error in a [[table]]).
-	tree, terr := decodeTree(text)
-	if terr != nil {
-		return nil, ConfigErrors{{File: path, Msg: redactText(strings.TrimPrefix(terr.Error(), "toml: "))}}
-	}
-	errs, durKeys := c.durationErrors(tree)
-	if err != nil {
-		if de, key := c.decodeError(err, tree); !durKeys[key] {
-			errs = append(errs, de)
-			slices.SortStableFunc(errs, func(a, b ConfigError) int { return a.Line - b.Line })
-		}
-		return nil, errs
-	}
-	for _, k := range md.Undecoded() {
-		errs = append(errs, ConfigError{File: path, Line: c.lines.key(k), Msg: fmt.Sprintf("unknown key %q", k.String())})
-	}
-	if len(durKeys) > 0 {
-		// The values decoded as nanoseconds: checking them further would
-		// only add confusing errors.
-		return nil, errs
-	}
-	c.fill(&md)
-	errs = append(errs, c.validate()...)
+	c, errs := parseConfig(path, data)
 	if len(errs) > 0 {
 		return nil, errs
 	}
 	return c, nil
+}
+
+// parseConfig is ParseConfig, also returning the config when it has
+// errors but could be decoded (nil: not TOML, or not decodable), with the
+// values that had errors left at their defaults. -check uses it to check
+// the list files of a config with errors too.
+func parseConfig(path string, data []byte) (*Config, ConfigErrors) {
+	text := string(data)
+	c := &Config{path: path, lines: indexLines(text), elems: indexElems(text)}
+	// The plain tree first: it fails only on syntax, and shows what each
+	// key holds, which the typed decode hides (an integer duration) or
+	// reports one at a time without a usable line (a type error).
+	tree, err := decodeTree(text)
+	if err != nil {
+		var pe toml.ParseError
+		if errors.As(err, &pe) {
+			return nil, ConfigErrors{c.parseError(pe)}
+		}
+		return nil, ConfigErrors{{File: path, Msg: redactText(strings.TrimPrefix(err.Error(), "toml: "))}}
+	}
+	md, errs, ok := c.decode(text, tree)
+	if !ok {
+		return nil, errs.sorted()
+	}
+	c.named = elemsSetting(tree, "upstream", reflect.TypeFor[UpstreamConfig](), "Name")
+	// A value left out for its error is at its default now: what
+	// validation says about the same line would be about that default.
+	bad := map[int]bool{}
+	for _, e := range errs {
+		bad[e.Line] = true
+	}
+	for _, k := range md.Undecoded() {
+		errs = append(errs, ConfigError{File: path, Line: c.lines.key(k), Msg: fmt.Sprintf("unknown key %q", k.String())})
+	}
+	c.fill(&md)
+	for _, e := range c.validate() {
+		if e.Line == 0 || !bad[e.Line] {
+			errs = append(errs, e)
+		}
+	}
+	return c, errs.sorted()
+}
+
+// sorted orders es by line, stably, with the errors of no line (about the
+// whole file) last: -check then reads like the file.
+func (es ConfigErrors) sorted() ConfigErrors {
+	slices.SortStableFunc(es, func(a, b ConfigError) int {
+		switch {
+		case a.Line == b.Line:
+			return 0
+		case a.Line == 0:
+			return 1
+		case b.Line == 0:
+			return -1
+		}
+		return a.Line - b.Line
+	})
+	return es
 }
 
 // fill applies defaults. md is nil for built-in defaults.
@@ -322,8 +355,13 @@ func (c *Config) validate() ConfigErrors {
 			add(c.lines.key(d.key), "%s: durations must not be negative", d.key)
 		}
 	}
-	if c.Listen.MaxConnections < 0 || c.Listen.MaxConnectionsPerIP < 0 {
-		add(c.lines.table("listen"), "listen: connection limits must not be negative")
+	for _, l := range []struct {
+		key string
+		v   int
+	}{{"max_connections", c.Listen.MaxConnections}, {"max_connections_per_ip", c.Listen.MaxConnectionsPerIP}} {
+		if l.v < 0 {
+			add(c.lines.key(toml.Key{"listen", l.key}), "listen.%s: must not be negative (0 = no cap)", l.key)
+		}
 	}
 	if c.Metrics.PerUpstreamLimit < 0 {
 		add(c.lines.key(toml.Key{"metrics", "per_upstream_limit"}), "metrics.per_upstream_limit: must not be negative (0 = no limit)")
@@ -340,16 +378,16 @@ func (c *Config) validate() ConfigErrors {
 			if cl.PasswordEnv != "" {
 				add(c.elemKey("client", i, "password_env"), "client %q: environment variable %s is empty or unset", cl.Username, cl.PasswordEnv)
 			} else {
-				add(line, "client %q: password (or password_env) is required", cl.Username)
+				// At the password line when there is one (password = ""),
+				// else at the [[client]] header.
+				add(c.elemKey("client", i, "password"), "client %q: password (or password_env) is required", cl.Username)
 			}
 		}
 	}
-	if err := c.Pool.Validate(); err != nil {
-		add(c.lines.table("pool"), "%v", err)
-	}
-	if err := (health.Config{Cooldown: c.Cooldown, Probe: c.Probe}).Validate(); err != nil {
-		add(c.lines.table("cooldown", "probe"), "%v", err)
-	}
+	// Each package reports every problem of its tables, each naming its
+	// key: one error per problem, at that key's line.
+	errs = append(errs, c.keyErrors(c.Pool.Validate(), c.lines.table("pool"))...)
+	errs = append(errs, c.keyErrors((health.Config{Cooldown: c.Cooldown, Probe: c.Probe}).Validate(), c.lines.table("cooldown", "probe"))...)
 	for _, s := range []struct{ table, scope string }{{"slow_body", c.SlowBody.Scope}, {"target_http_error", c.TargetHTTPError.Scope}} {
 		if s.scope != "target" && s.scope != "upstream" {
 			add(c.lines.key(toml.Key{s.table, "scope"}), "%s.scope: %q is not \"target\" or \"upstream\"", s.table, s.scope)
@@ -360,15 +398,22 @@ func (c *Config) validate() ConfigErrors {
 			add(c.lines.key(toml.Key{"target_http_error", "statuses"}), "target_http_error.statuses: %d is not an HTTP status", st)
 		}
 	}
-	if err := c.Cluster.Validate(); err != nil {
-		add(c.lines.table("cluster"), "%v", err)
-	}
+	errs = append(errs, c.keyErrors(c.Cluster.Validate(), c.lines.table("cluster"))...)
 	if len(c.Upstreams) == 0 && len(c.UpstreamFiles) == 0 {
 		add(0, "no [[upstream]] or [[upstream_file]] configured")
 	}
 	names := map[string]int{}
 	keys := map[string]int{}
 	for i, u := range c.Upstreams {
+		if u.Name != "" || i < len(c.named) && c.named[i] {
+			if err := upstream.CheckName(u.Name); err != nil {
+				shown := u.Name
+				if len(shown) > 60 {
+					shown = strings.ToValidUTF8(shown[:60], "") + "…"
+				}
+				add(c.elemKey("upstream", i, "name"), "upstream name %q: %v", shown, err)
+			}
+		}
 		line := c.elemKey("upstream", i, "url")
 		spec, err := u.spec()
 		if err != nil {
@@ -392,13 +437,18 @@ func (c *Config) validate() ConfigErrors {
 			}
 			names[u.Name] = nameLine
 		}
-		if u.Weight < 0 || u.MaxConns < 0 || u.Rate < 0 {
-			add(c.lines.arrayTable("upstream", i), "upstream %s: weight, max_conns and rate must not be negative", upstream.Redact(spec.URL))
+		for _, n := range []struct {
+			key string
+			neg bool
+		}{{"weight", u.Weight < 0}, {"max_conns", u.MaxConns < 0}, {"rate", u.Rate < 0}} {
+			if n.neg {
+				add(c.elemKey("upstream", i, n.key), "upstream %s: %s must not be negative", upstream.Redact(spec.URL), n.key)
+			}
 		}
 	}
 	for i, f := range c.UpstreamFiles {
 		if f.Path == "" {
-			add(c.lines.arrayTable("upstream_file", i), "upstream_file: path is required")
+			add(c.elemKey("upstream_file", i, "path"), "upstream_file: path is required")
 		}
 		switch f.Scheme {
 		case "", "http", "https", "socks5", "socks5h":

@@ -2,15 +2,21 @@ package gateway
 
 // Decoding errors, reported FILE:LINE: key: message like every other
 // config problem (-check, reload). BurntSushi/toml gives a line for syntax
-// errors only (toml.ParseError); its type errors are plain text ("toml:
-// line 5 (last key ...): incompatible types: ...") carrying the line of
-// the LAST [[table]] element that holds the key, and it decodes an integer
-// into a time.Duration as nanoseconds ("timeout = 5" is 5ns, and every
-// probe fails). This file walks the decoded tree along the Go types to
-// catch the second, and rewrites the decoder's texts for the first, so
-// both come out as one clear line.
+// errors only (toml.ParseError); it stops at the first value it cannot
+// convert, with a plain text ("toml: line 5 (last key ...): incompatible
+// types: ...") carrying the line of the LAST [[table]] element that holds
+// the key; and it decodes an integer into a time.Duration as nanoseconds
+// ("timeout = 5" is 5ns, and every probe fails). So a config is decoded
+// in two steps: the plain tree (only a syntax error stops there), then the
+// typed config. When the typed decode fails, each value of the tree is
+// decoded on its own, and every one that fails is reported at its own
+// line and left out before the config is decoded again: one run reports
+// every such error, and validation still runs on the rest.
 
 import (
+	"bytes"
+	"encoding"
+	"errors"
 	"fmt"
 	"reflect"
 	"regexp"
@@ -24,27 +30,223 @@ import (
 
 var durationType = reflect.TypeFor[time.Duration]()
 
-// decodeTree decodes text a second time into plain maps: what each key
-// holds as written. It fails only where the typed decode failed on syntax.
+// decodeTree decodes text into plain maps: what each key holds as
+// written. It fails only on syntax.
 func decodeTree(text string) (map[string]any, error) {
 	var tree map[string]any
 	_, err := toml.Decode(text, &tree)
 	return tree, err
 }
 
-// parseError formats an error of the typed decode that carries its line:
-// a syntax error (tree is nil: the text does not parse at all), or a value
-// the decoder could not convert, such as a bad duration string.
-func (c *Config) parseError(pe toml.ParseError, tree map[string]any) ConfigError {
-	msg := pe.Message
-	if tree != nil && pe.LastKey != "" {
-		key := splitKey(pe.LastKey)
-		if s, ok := lookup(tree, key).(string); ok && keyType(reflect.TypeFor[Config](), key) == durationType {
+// parseError formats a syntax error, which carries its line.
+func (c *Config) parseError(pe toml.ParseError) ConfigError {
+	return ConfigError{File: c.path, Line: pe.Position.Line, Msg: redactText(pe.Message)}
+}
+
+// decode fills c from text, whose plain tree is tree. It returns the
+// errors of values that could not be decoded, each at its line; those
+// values are removed from tree and left at their zero value in c. ok is
+// false when the config could not be decoded even so (errs then says why).
+func (c *Config) decode(text string, tree map[string]any) (md toml.MetaData, errs ConfigErrors, ok bool) {
+	errs = c.checkTree(tree, false)
+	if len(errs) == 0 {
+		var dst Config
+		if md, err := toml.Decode(text, &dst); err == nil {
+			c.set(dst)
+			return md, nil, true
+		}
+	}
+	// Some value is wrong: decode each on its own, leave out those that
+	// fail, and decode what is left.
+	errs = append(errs, c.checkTree(tree, true)...)
+	var buf bytes.Buffer
+	if err := toml.NewEncoder(&buf).Encode(tree); err != nil {
+		return md, append(errs, ConfigError{File: c.path, Msg: redactText(strings.TrimPrefix(err.Error(), "toml: "))}), false
+	}
+	var dst Config
+	md, err := toml.Decode(buf.String(), &dst)
+	if err != nil {
+		// Something checkTree cannot see: reported as the decoder says,
+		// at the key's line (the decoder's is that of buf, not of text).
+		key, msg := decodeMsg(err)
+		line := 0
+		if key != nil {
+			line = c.lines.key(toml.Key(key))
+		}
+		return md, append(errs, ConfigError{File: c.path, Line: line, Msg: redactText(msg)}), false
+	}
+	c.set(dst)
+	return md, errs, true
+}
+
+// set copies the decoded fields of d into c, keeping c's file and index.
+func (c *Config) set(d Config) {
+	d.path, d.lines, d.elems = c.path, c.lines, c.elems
+	*c = d
+}
+
+// checkTree reports the values of tree that the typed decode would refuse
+// or misread, and deletes them from tree: with leaves false only integer
+// (and other non-string) durations, which the decoder takes as
+// nanoseconds; with leaves true also every value that fails to decode
+// into its field on its own (a wrong type, a bad duration string, a value
+// out of range). Unknown keys are left for md.Undecoded.
+func (c *Config) checkTree(tree map[string]any, leaves bool) ConfigErrors {
+	var errs ConfigErrors
+	var walk func(m map[string]any, t reflect.Type, prefix toml.Key, line func(toml.Key) int)
+	// check reports whether v, at key, may stay.
+	var check func(key toml.Key, v any, t reflect.Type, line func(toml.Key) int) bool
+	check = func(key toml.Key, v any, t reflect.Type, line func(toml.Key) int) bool {
+		switch {
+		case t == durationType:
+			if _, ok := v.(string); !ok {
+				errs = append(errs, ConfigError{File: c.path, Line: line(key),
+					Msg: fmt.Sprintf("%s: want a duration string like \"5s\", got %s", key, describeValue(v))})
+				return false
+			}
+		case t.Kind() == reflect.Struct:
+			if sub, ok := v.(map[string]any); ok {
+				walk(sub, t, key, line)
+				return true
+			}
+		case t.Kind() == reflect.Slice && deref(t.Elem()).Kind() == reflect.Struct:
+			if elems, ok := tables(v); ok {
+				for i, e := range elems {
+					elemLine := line
+					if len(key) == 1 {
+						name := key[0]
+						elemLine = func(k toml.Key) int {
+							return c.elemKey(name, i, strings.Join(k[1:], "."))
+						}
+					}
+					walk(e, deref(t.Elem()), key, elemLine)
+				}
+				return true
+			}
+		case t.Kind() == reflect.Map && t.Key().Kind() == reflect.String:
+			if sub, ok := v.(map[string]any); ok {
+				for _, mk := range sortedKeys(sub) {
+					if !check(append(key[:len(key):len(key)], mk), sub[mk], deref(t.Elem()), line) {
+						delete(sub, mk)
+					}
+				}
+				return true
+			}
+		}
+		if !leaves {
+			return true
+		}
+		if err := decodeLeaf(v, t); err != nil {
+			errs = append(errs, c.leafError(key, v, t, err, line(key)))
+			return false
+		}
+		return true
+	}
+	walk = func(m map[string]any, t reflect.Type, prefix toml.Key, line func(toml.Key) int) {
+		for _, k := range sortedKeys(m) {
+			ft := keyType(t, []string{k})
+			if ft == nil {
+				continue // an unknown key: md.Undecoded reports it
+			}
+			if !check(append(prefix[:len(prefix):len(prefix)], k), m[k], ft, line) {
+				delete(m, k)
+			}
+		}
+	}
+	walk(tree, reflect.TypeFor[Config](), nil, func(k toml.Key) int { return c.lines.key(k) })
+	return errs
+}
+
+// tables returns v as the tables of an array of tables: [[name]]
+// sections, or an inline array whose elements are all tables.
+func tables(v any) ([]map[string]any, bool) {
+	switch v := v.(type) {
+	case []map[string]any:
+		return v, true
+	case []any:
+		out := make([]map[string]any, len(v))
+		for i, e := range v {
+			m, ok := e.(map[string]any)
+			if !ok {
+				return nil, false
+			}
+			out[i] = m
+		}
+		return out, true
+	}
+	return nil, false
+}
+
+// decodeLeaf decodes v alone into a value of type t, as the typed decode
+// would in its field, and returns the decoder's error.
+func decodeLeaf(v any, t reflect.Type) error {
+	if plainMatch(v, t) {
+		return nil
+	}
+	var buf bytes.Buffer
+	if err := toml.NewEncoder(&buf).Encode(map[string]any{"v": v}); err != nil {
+		return nil // not re-encodable: the decode of the whole says
+	}
+	holder := reflect.StructOf([]reflect.StructField{{Name: "V", Type: t, Tag: `toml:"v"`}})
+	_, err := toml.Decode(buf.String(), reflect.New(holder).Interface())
+	return err
+}
+
+var (
+	textUnmarshalerType = reflect.TypeFor[encoding.TextUnmarshaler]()
+	tomlUnmarshalerType = reflect.TypeFor[toml.Unmarshaler]()
+)
+
+// plainMatch reports whether v certainly decodes into t: the plain cases
+// (a string into a string, an integer into an int or int64, a number into
+// a float64, a boolean, arrays of those), which make up most of a config
+// and need no trial decode. Anything else is left to the decoder.
+func plainMatch(v any, t reflect.Type) bool {
+	if t.Implements(textUnmarshalerType) || reflect.PointerTo(t).Implements(textUnmarshalerType) ||
+		t.Implements(tomlUnmarshalerType) || reflect.PointerTo(t).Implements(tomlUnmarshalerType) || t == durationType {
+		return false
+	}
+	switch v := v.(type) {
+	case string:
+		return t.Kind() == reflect.String
+	case bool:
+		return t.Kind() == reflect.Bool
+	case int64:
+		return t.Kind() == reflect.Int || t.Kind() == reflect.Int64 || t.Kind() == reflect.Float64 && v > -(1<<53) && v < 1<<53
+	case float64:
+		return t.Kind() == reflect.Float64
+	case []any:
+		if t.Kind() != reflect.Slice {
+			return false
+		}
+		for _, e := range v {
+			if !plainMatch(e, t.Elem()) {
+				return false
+			}
+		}
+		return true
+	}
+	return false
+}
+
+// leafError formats the error of decodeLeaf for v at key. A value is not
+// shown (it may be a password), except a bad duration string.
+func (c *Config) leafError(key toml.Key, v any, t reflect.Type, err error, line int) ConfigError {
+	var msg string
+	var pe toml.ParseError
+	if errors.As(err, &pe) {
+		msg = pe.Message
+		if s, ok := v.(string); ok && t == durationType {
 			msg = fmt.Sprintf("invalid duration %q (want a duration string like \"5s\", \"500ms\" or \"1m30s\")", s)
 		}
-		msg = pe.LastKey + ": " + msg
+	} else {
+		var k []string
+		k, msg = decodeMsg(err)
+		if k != nil {
+			msg = strings.TrimPrefix(msg, strings.Join(k, ".")+": ") // the holder's key, "v"
+		}
 	}
-	return ConfigError{File: c.path, Line: pe.Position.Line, Msg: redactText(msg)}
+	return ConfigError{File: c.path, Line: line, Msg: redactText(key.String() + ": " + msg)}
 }
 
 // decodeErrRE matches the decoder's errors without a position field:
@@ -57,119 +259,43 @@ var decodeErrRE = regexp.MustCompile(`^toml: (?:line (\d+) )?\(last key ("(?:[^"
 // matches is still reported, only less clearly.
 var typeErrRE = regexp.MustCompile(`^(?:incompatible types: TOML value has type (.+); destination has type (.+)|type mismatch for .+: expected (table) but found (.+))$`)
 
-// decodeError formats an error of the typed decode that has no position
-// field, and returns the key it is about ("" when unknown). The line is
-// that of the key in the [[table]] element whose value is wrong, not the
-// decoder's last one.
-func (c *Config) decodeError(err error, tree map[string]any) (ConfigError, string) {
+// decodeMsg turns an error of the typed decode that has no position
+// field into "key: message" in TOML words, and returns the key (nil when
+// the decoder named none).
+func decodeMsg(err error) ([]string, string) {
 	m := decodeErrRE.FindStringSubmatch(err.Error())
 	if m == nil {
-		return ConfigError{File: c.path, Msg: redactText(strings.TrimPrefix(err.Error(), "toml: "))}, ""
+		return nil, strings.TrimPrefix(err.Error(), "toml: ")
 	}
 	keyStr, uerr := strconv.Unquote(m[2])
 	if uerr != nil {
 		keyStr = strings.Trim(m[2], `"`)
 	}
-	key := splitKey(keyStr)
-	line, _ := strconv.Atoi(m[1])
 	msg := m[3]
-	got := ""
 	if t := typeErrRE.FindStringSubmatch(msg); t != nil {
-		want := t[2]
-		got = t[1]
+		want, got := t[2], t[1]
 		if t[3] != "" {
 			want, got = t[3], t[4]
 		}
 		msg = "want " + wantName(want) + ", got " + goTypeName(got)
 	}
-	if l := c.elemLineOf(tree, key, got); l > 0 {
-		line = l
-	} else if line == 0 {
-		line = c.lines.key(toml.Key(key))
-	}
-	return ConfigError{File: c.path, Line: line, Msg: redactText(keyStr + ": " + msg)}, keyStr
+	return splitKey(keyStr), keyStr + ": " + msg
 }
 
-// elemLineOf finds the line of key when its first part is a [[table]]:
-// the first element whose value has the Go type got (the decoder stops at
-// the first bad one, in file order). 0 when key is not in an array table.
-func (c *Config) elemLineOf(tree map[string]any, key []string, got string) int {
-	if len(key) < 2 {
-		return 0
-	}
-	elems, ok := tree[key[0]].([]map[string]any)
-	if !ok {
-		return 0
-	}
+// elemsSetting reports, for each element of the array of tables name in
+// tree, whether it sets the key that decodes into field of elem (matched
+// as the decoder matches keys, so "Name" sets Name too).
+func elemsSetting(tree map[string]any, name string, elem reflect.Type, field string) []bool {
+	elems, _ := tree[name].([]map[string]any)
+	set := make([]bool, len(elems))
 	for i, e := range elems {
-		v := lookup(e, key[1:])
-		if v != nil && (got == "" || fmtType(v) == got) {
-			return c.elemKey(key[0], i, strings.Join(key[1:], "."))
-		}
-	}
-	return 0
-}
-
-// durationErrors reports every key decoded into a time.Duration whose
-// value is not a string: the contract's durations are Go duration
-// strings, and the decoder would take an integer as nanoseconds. It also
-// returns the keys reported, so the decoder's own error about the same
-// key (a float) is not reported twice.
-func (c *Config) durationErrors(tree map[string]any) (ConfigErrors, map[string]bool) {
-	var errs ConfigErrors
-	seen := map[string]bool{}
-	var walk func(m map[string]any, t reflect.Type, prefix toml.Key, line func(toml.Key) int)
-	check := func(key toml.Key, v any, t reflect.Type, line func(toml.Key) int) {
-		switch {
-		case t == durationType:
-			if _, ok := v.(string); !ok {
-				k := key.String()
-				seen[k] = true
-				errs = append(errs, ConfigError{File: c.path, Line: line(key),
-					Msg: fmt.Sprintf("%s: want a duration string like \"5s\", got %s", k, describeValue(v))})
-			}
-		case t.Kind() == reflect.Struct:
-			if sub, ok := v.(map[string]any); ok {
-				walk(sub, t, key, line)
-			}
-		case t.Kind() == reflect.Slice && deref(t.Elem()).Kind() == reflect.Struct:
-			elems, ok := v.([]map[string]any)
-			if !ok {
-				return
-			}
-			for i, e := range elems {
-				elemLine := line
-				if len(key) == 1 {
-					name := key[0]
-					elemLine = func(k toml.Key) int {
-						return c.elemKey(name, i, strings.Join(k[1:], "."))
-					}
-				}
-				walk(e, deref(t.Elem()), key, elemLine)
+		for k := range e {
+			if f, ok := tomlField(elem, k); ok && f.Name == field {
+				set[i] = true
 			}
 		}
 	}
-	walk = func(m map[string]any, t reflect.Type, prefix toml.Key, line func(toml.Key) int) {
-		for _, k := range sortedKeys(m) {
-			ft := keyType(t, []string{k})
-			if ft == nil {
-				continue // an unknown key: md.Undecoded reports it
-			}
-			key := append(prefix[:len(prefix):len(prefix)], k)
-			if ft.Kind() == reflect.Map && ft.Key().Kind() == reflect.String {
-				if sub, ok := m[k].(map[string]any); ok {
-					for _, mk := range sortedKeys(sub) {
-						check(append(key[:len(key):len(key)], mk), sub[mk], deref(ft.Elem()), line)
-					}
-				}
-				continue
-			}
-			check(key, m[k], ft, line)
-		}
-	}
-	walk(tree, reflect.TypeFor[Config](), nil, func(k toml.Key) int { return c.lines.key(k) })
-	slices.SortStableFunc(errs, func(a, b ConfigError) int { return a.Line - b.Line })
-	return errs, seen
+	return set
 }
 
 // keyType returns the Go type key decodes into, starting from struct type
@@ -391,10 +517,14 @@ func indexElems(text string) elemIndex {
 }
 
 // elemKey returns the line of key in the i-th [[name]], else the line of
-// that element's header, or 0.
+// that element's header, else (an inline array, name = [{...}]) the line
+// of name, or 0.
 func (c *Config) elemKey(name string, i int, key string) int {
 	if l := c.elems[name]; i < len(l) && l[i][key] > 0 {
 		return l[i][key]
 	}
-	return c.lines.arrayTable(name, i)
+	if l := c.lines.arrayTable(name, i); l > 0 {
+		return l
+	}
+	return c.lines.keys[name]
 }

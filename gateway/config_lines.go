@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"errors"
 	"strings"
 
 	"github.com/BurntSushi/toml"
@@ -74,16 +75,25 @@ func (ix lineIndex) key(k toml.Key) int {
 	return 0
 }
 
-// table returns the header line of the first of names that exists, or 0.
+// table returns the header line of the first of names that exists, else
+// the first line of any key or sub-table under it ("[cooldown.refused]"
+// alone for "cooldown"), or 0. It scans in line order, not map order, so
+// the answer does not change from run to run.
 func (ix lineIndex) table(names ...string) int {
 	for _, t := range names {
 		if n, ok := ix.tables[t]; ok {
 			return n
 		}
-		for k, n := range ix.keys {
-			if strings.HasPrefix(k, t+".") {
-				return n
+		first := 0
+		for _, m := range []map[string]int{ix.keys, ix.tables} {
+			for k, n := range m {
+				if strings.HasPrefix(k, t+".") && (first == 0 || n < first) {
+					first = n
+				}
 			}
+		}
+		if first > 0 {
+			return first
 		}
 	}
 	return 0
@@ -95,4 +105,45 @@ func (ix lineIndex) arrayTable(name string, i int) int {
 		return l[i]
 	}
 	return 0
+}
+
+// configKeyer is an error about one config key, named dotted
+// ("pool.max_attempts"): the KeyError types of upstream, health and
+// cluster.
+type configKeyer interface {
+	ConfigKey() string
+}
+
+// keyErrors turns an error of a package's Validate into one ConfigError
+// per problem (errors.Join trees are flattened), each at the line of the
+// key it names, or at fallback when it names none. Messages go through
+// redactText: a package's error may quote a URL the user wrote.
+func (c *Config) keyErrors(err error, fallback int) ConfigErrors {
+	var errs ConfigErrors
+	for _, e := range leafErrors(err) {
+		line := fallback
+		var k configKeyer
+		if errors.As(e, &k) {
+			if l := c.lines.key(toml.Key(splitKey(k.ConfigKey()))); l > 0 {
+				line = l
+			}
+		}
+		errs = append(errs, ConfigError{File: c.path, Line: line, Msg: redactText(e.Error())})
+	}
+	return errs
+}
+
+// leafErrors flattens the errors.Join trees in err, in order.
+func leafErrors(err error) []error {
+	if err == nil {
+		return nil
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		var out []error
+		for _, e := range j.Unwrap() {
+			out = append(out, leafErrors(e)...)
+		}
+		return out
+	}
+	return []error{err}
 }

@@ -13,7 +13,8 @@ import (
 // Specs returns the upstreams of the config: [[upstream]] entries, then
 // the lines of each [[upstream_file]]. A bad list-file line is logged with
 // FILE:LINE and skipped, so one typo never drops the good lines; an
-// unreadable list file is an error.
+// unreadable list file is an error (ConfigErrors: every such file, at the
+// line of its path).
 // It also returns how many upstreams each list file gave.
 func (c *Config) Specs(log zerolog.Logger) ([]upstream.Spec, []ListCount, error) {
 	specs, lists, problems, err := c.specs()
@@ -29,27 +30,46 @@ type ListCount struct {
 	N    int
 }
 
-// specs is Specs without logging: it returns skipped lines as problems.
+// specs is Specs without logging: it returns skipped lines as problems,
+// in file order and, within a file, in line order. err holds every bad
+// [[upstream]] and unreadable list file, not only the first.
 func (c *Config) specs() ([]upstream.Spec, []ListCount, []ConfigError, error) {
 	var specs []upstream.Spec
-	var problems []ConfigError
-	var lists []ListCount
-	for _, u := range c.Upstreams {
+	var fatal ConfigErrors
+	for i, u := range c.Upstreams {
 		s, err := u.spec()
 		if err != nil {
-			return nil, nil, nil, err
+			fatal = append(fatal, ConfigError{File: c.path, Line: c.elemKey("upstream", i, "url"), Msg: err.Error()})
+			continue
 		}
 		specs = append(specs, s)
 	}
+	lists, problems, ferrs := c.listSpecs(&specs)
+	if fatal = append(fatal, ferrs...); len(fatal) > 0 {
+		return nil, nil, nil, fatal
+	}
+	nameDefaults(specs)
+	return specs, lists, problems, nil
+}
+
+// listSpecs appends the upstreams of every [[upstream_file]] to specs
+// (whose [[upstream]] entries are there already, for duplicates). It
+// returns each readable file's count, the lines skipped, and one error
+// per file that cannot be read, at the line of its path.
+func (c *Config) listSpecs(specs *[]upstream.Spec) ([]ListCount, []ConfigError, ConfigErrors) {
+	var problems []ConfigError
+	var lists []ListCount
+	var unreadable ConfigErrors
 	seen := map[string]bool{}
-	for _, s := range specs {
+	for _, s := range *specs {
 		seen[upstream.Identity(s.URL)] = true
 	}
-	for _, f := range c.UpstreamFiles {
+	for i, f := range c.UpstreamFiles {
 		path := c.resolve(f.Path)
 		fh, err := os.Open(path)
 		if err != nil {
-			return nil, nil, nil, fmt.Errorf("upstream_file: %w", err)
+			unreadable = append(unreadable, ConfigError{File: c.path, Line: c.elemKey("upstream_file", i, "path"), Msg: "upstream_file: " + err.Error()})
+			continue
 		}
 		scheme := f.Scheme
 		if scheme == "" {
@@ -57,31 +77,34 @@ func (c *Config) specs() ([]upstream.Spec, []ListCount, []ConfigError, error) {
 		}
 		entries, lineErrs := upstream.ParseList(fh, scheme)
 		fh.Close()
-		from := len(specs)
+		from := len(*specs)
+		var skipped []ConfigError
 		for _, le := range lineErrs {
-			problems = append(problems, ConfigError{File: path, Line: le.Line, Msg: le.Err.Error()})
+			skipped = append(skipped, ConfigError{File: path, Line: le.Line, Msg: le.Err.Error()})
 		}
 		for _, e := range entries {
 			if err := upstream.ValidateURL(e.URL); err != nil {
-				problems = append(problems, ConfigError{File: path, Line: e.Line, Msg: err.Error()})
+				skipped = append(skipped, ConfigError{File: path, Line: e.Line, Msg: err.Error()})
 				continue
 			}
 			k := upstream.Identity(e.URL)
 			if seen[k] {
-				problems = append(problems, ConfigError{File: path, Line: e.Line, Msg: "duplicate upstream " + upstream.Redact(e.URL)})
+				skipped = append(skipped, ConfigError{File: path, Line: e.Line, Msg: "duplicate upstream " + upstream.Redact(e.URL)})
 				continue
 			}
 			if f.Pipeline && e.URL.Scheme != "socks5" && e.URL.Scheme != "socks5h" {
-				problems = append(problems, ConfigError{File: path, Line: e.Line, Msg: "pipeline = true applies to socks5 upstreams only: " + upstream.Redact(e.URL)})
+				skipped = append(skipped, ConfigError{File: path, Line: e.Line, Msg: "pipeline = true applies to socks5 upstreams only: " + upstream.Redact(e.URL)})
 				continue
 			}
 			seen[k] = true
-			specs = append(specs, upstream.Spec{URL: e.URL, Tags: f.Tags, Pipeline: f.Pipeline})
+			*specs = append(*specs, upstream.Spec{URL: e.URL, Tags: f.Tags, Pipeline: f.Pipeline})
 		}
-		lists = append(lists, ListCount{Path: path, N: len(specs) - from})
+		// Lines that do not parse and lines that parse but are refused
+		// were found in two passes: report them as they are in the file.
+		problems = append(problems, ConfigErrors(skipped).sorted()...)
+		lists = append(lists, ListCount{Path: path, N: len(*specs) - from})
 	}
-	nameDefaults(specs)
-	return specs, lists, problems, nil
+	return lists, problems, unreadable
 }
 
 // emptyListMsg describes a list file that gave no upstreams.
@@ -131,21 +154,58 @@ func nameDefaults(specs []upstream.Spec) {
 	}
 }
 
+// CheckConfig is -check: it reads the config file at path and its list
+// files and returns every problem found (ConfigErrors), or nil. Unlike a
+// start or a reload, which skip a bad list line with a warning, it fails
+// on them; and it checks the list files of a config with errors too, so
+// that one run reports everything it can.
+func CheckConfig(path string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return ConfigErrors{{File: path, Msg: err.Error()}}
+	}
+	c, errs := parseConfig(path, data)
+	if c != nil {
+		// An unreadable list file is an error of this file, in line
+		// order with the others; then the list files' own problems.
+		unreadable, lists := c.listErrors()
+		errs = append(append(errs, unreadable...).sorted(), lists...)
+	}
+	if len(errs) > 0 {
+		return errs
+	}
+	return nil
+}
+
 // CheckLists returns the problems of the config's list files (for -check:
 // at run time these lines are skipped with a warning, -check fails on
-// them).
+// them), or nil.
 func (c *Config) CheckLists() error {
-	_, lists, problems, err := c.specs()
-	if err != nil {
-		return ConfigErrors{{File: c.path, Line: 0, Msg: err.Error()}}
+	unreadable, lists := c.listErrors()
+	if errs := append(unreadable, lists...); len(errs) > 0 {
+		return errs
 	}
+	return nil
+}
+
+// listErrors is every problem of the list files: each unreadable file (at
+// the line of its path in the config), and each readable file's skipped
+// lines in line order, then whether it gave no upstream.
+func (c *Config) listErrors() (unreadable, problems ConfigErrors) {
+	var specs []upstream.Spec
+	for _, u := range c.Upstreams {
+		if s, err := u.spec(); err == nil { // a bad one is a config error
+			specs = append(specs, s)
+		}
+	}
+	lists, skipped, unreadable := c.listSpecs(&specs)
 	for _, l := range lists {
+		for len(skipped) > 0 && skipped[0].File == l.Path {
+			problems, skipped = append(problems, skipped[0]), skipped[1:]
+		}
 		if l.N == 0 {
 			problems = append(problems, ConfigError{File: l.Path, Msg: emptyListMsg})
 		}
 	}
-	if len(problems) > 0 {
-		return ConfigErrors(problems)
-	}
-	return nil
+	return unreadable, append(problems, skipped...)
 }

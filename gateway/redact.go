@@ -8,6 +8,7 @@ package gateway
 // upstream.Redact; everything else goes through redactURL or redactText.
 
 import (
+	"net"
 	"net/url"
 	"strings"
 )
@@ -107,7 +108,9 @@ func redactText(s string, secrets ...string) string {
 // query or fragment ("u:Hash#Secret9@h:1" has the host "u:Hash" for it),
 // and then both halves are secret. What follows that '@' is kept only when
 // it starts with host:port: otherwise the user forgot the host and it is
-// the end of the password. Text that reads both as userinfo and as the
+// the end of the password; or with a host that cannot be a piece of a
+// password, an IP address or a dotted name (hostLen): a URL missing its
+// port shows its host. Text that reads both as userinfo and as the
 // host:port:user:pass seller format ("u:12:34@h:1") is hidden whole:
 // either reading may be the user's, and each would show a part of the
 // other's password. Without '@' or seller shape, a "port" that is not one
@@ -120,7 +123,7 @@ func redactAuthority(s string, keepUser bool) string {
 		return redacted
 	case at >= 0:
 		host := s[at:]
-		if hostPortLen(s[at+1:], false) == 0 {
+		if hostPortLen(s[at+1:], false) == 0 && hostLen(s[at+1:]) == 0 {
 			host = "@" + redacted
 		}
 		user, _, hasPass := strings.Cut(s[:at], ":")
@@ -176,6 +179,60 @@ func hostPortLen(s string, numeric bool) int {
 		return 0
 	}
 	return j
+}
+
+// hostLen returns the length of the host s starts with when it has no
+// port, or an empty one ("h:"), or 0. The host is an IP address (IPv6
+// bracketed), "localhost" or a DNS name with a dot, ending s or followed
+// by what hostPortLen accepts after a port. A single word ("Lk4g") is not
+// taken for a host: after the last '@' it is more likely the end of a
+// password holding '@' whose URL lost its host.
+func hostLen(s string) int {
+	const after = "/\"'),;]>"
+	var n int
+	if strings.HasPrefix(s, "[") {
+		n = strings.IndexByte(s, ']') + 1
+		if n <= 2 || net.ParseIP(s[1:n-1]) == nil {
+			return 0
+		}
+	} else {
+		if n = strings.IndexAny(s, ":"+after); n < 0 {
+			n = len(s)
+		}
+		if !isHostName(s[:n]) {
+			return 0
+		}
+	}
+	if n < len(s) && s[n] == ':' {
+		n++ // an empty port
+	}
+	if n < len(s) && !strings.ContainsRune(after, rune(s[n])) {
+		return 0
+	}
+	return n
+}
+
+// isHostName reports whether h is "localhost", an IPv4 address or a
+// dotted DNS name.
+func isHostName(h string) bool {
+	if h == "localhost" || net.ParseIP(h) != nil && !strings.Contains(h, ":") {
+		return true
+	}
+	labels := strings.Split(h, ".")
+	if len(labels) < 2 || strings.Trim(labels[len(labels)-1], "0123456789") == "" {
+		return false // one word, or numeric but no IPv4 address ("1.2.3.999")
+	}
+	for _, l := range labels {
+		if l == "" || l[0] == '-' || l[len(l)-1] == '-' {
+			return false
+		}
+		for i := 0; i < len(l); i++ {
+			if !isAlnum(l[i]) && l[i] != '-' && l[i] != '_' {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 func isAlnum(c byte) bool {

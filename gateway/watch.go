@@ -2,11 +2,13 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+	"github.com/rs/zerolog"
 )
 
 // reloadDebounce lets an editor finish a multi-step save before reloading.
@@ -80,7 +82,7 @@ func (s *Server) Watch(ctx context.Context, hup <-chan os.Signal) {
 		// so a change made during the reload still differs afterwards.
 		ws.changed()
 		if err := s.ReloadFile(); err != nil {
-			s.log.Error().Str("err", err.Error()).Msg("reload rejected: keeping the running config")
+			logReloadError(s.log, err)
 		}
 		refresh()
 	}
@@ -212,4 +214,30 @@ func absPath(p string) string {
 		return a
 	}
 	return p
+}
+
+// logReloadError logs a rejected reload. Several problems (a config with
+// several errors, or a joined error) are logged one per line, err being
+// FILE:LINE: message, then the rejection with their count: no log line
+// holds a multi-line string.
+func logReloadError(log zerolog.Logger, err error) {
+	var msgs []string
+	var ces ConfigErrors
+	if errors.As(err, &ces) {
+		for _, ce := range ces {
+			msgs = append(msgs, ce.Error())
+		}
+	} else {
+		for _, e := range leafErrors(err) {
+			msgs = append(msgs, e.Error())
+		}
+	}
+	if len(msgs) == 1 {
+		log.Error().Str("err", msgs[0]).Msg("reload rejected: keeping the running config")
+		return
+	}
+	for _, m := range msgs {
+		log.Error().Str("err", m).Msg("config error")
+	}
+	log.Error().Int("errors", len(msgs)).Msg("reload rejected: keeping the running config")
 }

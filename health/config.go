@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strings"
 	"time"
 )
 
@@ -272,23 +273,45 @@ func (c Config) Validate() error {
 	if c.TargetRuleWindow < 0 {
 		errs = append(errs, fmt.Errorf("target_rule_window: must not be negative (got %s)", c.TargetRuleWindow))
 	}
-	for name, s := range map[string]Scope{"target_http_error.scope": c.ScopeTargetHTTPError, "slow_body.scope": c.ScopeSlowBody} {
-		if s > ScopeTarget {
-			errs = append(errs, fmt.Errorf("%s: unknown scope %d", name, s))
+	for _, s := range []struct {
+		key   string
+		scope Scope
+	}{{"target_http_error.scope", c.ScopeTargetHTTPError}, {"slow_body.scope", c.ScopeSlowBody}} {
+		if s.scope > ScopeTarget {
+			errs = append(errs, keyErr(s.key, "unknown scope %d", s.scope))
 		}
 	}
 	return errors.Join(errs...)
 }
 
-// Validate checks the shared knobs and every class table. Each error names
-// its key ("cooldown.refused.max: ...").
+// KeyError is one invalid config key: Key is its dotted TOML name
+// ("cooldown.refused.max"), Err what is wrong with its value.
+type KeyError struct {
+	Key string
+	Err error
+}
+
+func (e *KeyError) Error() string { return e.Key + ": " + e.Err.Error() }
+func (e *KeyError) Unwrap() error { return e.Err }
+
+// ConfigKey returns Key; config checks find the key's line with it.
+func (e *KeyError) ConfigKey() string { return e.Key }
+
+// keyErr returns a *KeyError for key.
+func keyErr(key, format string, a ...any) error {
+	return &KeyError{Key: key, Err: fmt.Errorf(format, a...)}
+}
+
+// Validate checks the shared knobs and every class table. It reports
+// every problem, joined; each is a *KeyError naming its key
+// ("cooldown.refused.max").
 func (c CooldownConfig) Validate() error {
 	var errs []error
 	if c.Multiplier != 0 && c.Multiplier < 1 {
-		errs = append(errs, fmt.Errorf("cooldown.multiplier: must be >= 1 (got %g)", c.Multiplier))
+		errs = append(errs, keyErr("cooldown.multiplier", "must be >= 1 (got %g)", c.Multiplier))
 	}
 	if c.Jitter >= 1 {
-		errs = append(errs, fmt.Errorf("cooldown.jitter: must be in [0, 1) (got %g)", c.Jitter))
+		errs = append(errs, keyErr("cooldown.jitter", "must be in [0, 1) (got %g)", c.Jitter))
 	}
 	d := DefaultCooldowns()
 	for _, p := range []struct {
@@ -302,32 +325,29 @@ func (c CooldownConfig) Validate() error {
 		{"slow_body", c.SlowBody, d.SlowBody},
 		{"target_http_error", c.TargetHTTPError, d.TargetHTTPError},
 	} {
-		if err := p.p.validate("cooldown."+p.name, p.d); err != nil {
-			errs = append(errs, err)
-		}
+		errs = append(errs, p.p.validate("cooldown."+p.name, p.d)...)
 	}
 	return errors.Join(errs...)
 }
 
-func (p ClassPolicy) validate(key string, d ClassPolicy) error {
+func (p ClassPolicy) validate(key string, d ClassPolicy) []error {
 	var errs []error
 	if p.Base < 0 {
-		errs = append(errs, fmt.Errorf("%s.base: must not be negative (got %s)", key, p.Base))
+		errs = append(errs, keyErr(key+".base", "must not be negative (got %s)", p.Base))
 	}
 	if p.Max < 0 {
-		errs = append(errs, fmt.Errorf("%s.max: must not be negative (got %s)", key, p.Max))
+		errs = append(errs, keyErr(key+".max", "must not be negative (got %s)", p.Max))
 	}
 	if p.After < 0 {
-		errs = append(errs, fmt.Errorf("%s.after: must not be negative (got %d)", key, p.After))
+		errs = append(errs, keyErr(key+".after", "must not be negative (got %d)", p.After))
 	}
 	if p.PermanentAfter < 0 {
-		errs = append(errs, fmt.Errorf("%s.permanent_after: must not be negative (got %d)", key, p.PermanentAfter))
-	}
-	if len(errs) > 0 {
-		return errors.Join(errs...)
+		errs = append(errs, keyErr(key+".permanent_after", "must not be negative (got %d)", p.PermanentAfter))
 	}
 	// Compare the effective values, so "base = 20m" alone against a
-	// default max of 10m is reported rather than silently raised.
+	// default max of 10m is reported rather than silently raised. A
+	// negative value was reported above; comparing with it would only
+	// repeat that.
 	eff, maxNote := p, ""
 	if eff.Base == 0 {
 		eff.Base = d.Base
@@ -338,36 +358,37 @@ func (p ClassPolicy) validate(key string, d ClassPolicy) error {
 	if eff.After == 0 {
 		eff.After = d.After
 	}
-	if eff.Max < eff.Base {
-		return fmt.Errorf("%s.max: must be >= base (max %s%s, base %s)", key, eff.Max, maxNote, eff.Base)
+	if eff.Base >= 0 && eff.Max >= 0 && eff.Max < eff.Base {
+		errs = append(errs, keyErr(key+".max", "must be >= base (max %s%s, base %s)", eff.Max, maxNote, eff.Base))
 	}
-	if p.PermanentAfter > 0 && p.PermanentAfter < eff.After {
-		return fmt.Errorf("%s.permanent_after: must be >= after (permanent_after %d, after %d)", key, p.PermanentAfter, eff.After)
+	if p.PermanentAfter > 0 && eff.After > 0 && p.PermanentAfter < eff.After {
+		errs = append(errs, keyErr(key+".permanent_after", "must be >= after (permanent_after %d, after %d)", p.PermanentAfter, eff.After))
 	}
-	return nil
+	return errs
 }
 
-// Validate checks the [probe] table. An empty URL is valid (see URL).
+// Validate checks the [probe] table. An empty URL is valid (see URL). It
+// reports every problem, joined; each is a *KeyError naming its key.
 func (p ProbeConfig) Validate() error {
 	var errs []error
 	if p.URL != "" {
 		if _, err := parseProbeURL(p.URL); err != nil {
-			errs = append(errs, fmt.Errorf("probe.url: %w", err))
+			errs = append(errs, &KeyError{Key: "probe.url", Err: err})
 		}
 	}
 	for _, s := range p.ExpectStatus {
 		if s < 100 || s > 599 {
-			errs = append(errs, fmt.Errorf("probe.expect_status: %d is not an HTTP status code", s))
+			errs = append(errs, keyErr("probe.expect_status", "%d is not an HTTP status code", s))
 		}
 	}
 	if p.Timeout < 0 {
-		errs = append(errs, fmt.Errorf("probe.timeout: must not be negative (got %s)", p.Timeout))
+		errs = append(errs, keyErr("probe.timeout", "must not be negative (got %s)", p.Timeout))
 	}
 	if p.MaxConcurrent < 0 {
-		errs = append(errs, fmt.Errorf("probe.max_concurrent: must not be negative (got %d)", p.MaxConcurrent))
+		errs = append(errs, keyErr("probe.max_concurrent", "must not be negative (got %d)", p.MaxConcurrent))
 	}
 	if p.Rate < 0 {
-		errs = append(errs, fmt.Errorf("probe.rate: must not be negative (got %g)", p.Rate))
+		errs = append(errs, keyErr("probe.rate", "must not be negative (got %g)", p.Rate))
 	}
 	return errors.Join(errs...)
 }
@@ -375,7 +396,13 @@ func (p ProbeConfig) Validate() error {
 func parseProbeURL(s string) (*url.URL, error) {
 	u, err := url.Parse(s)
 	if err != nil {
-		return nil, err
+		// Only the reason: net/url quotes the URL, which may carry a
+		// password (refused below, but the message would show it).
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			return nil, fmt.Errorf("invalid URL (%s)", dropQuoted(ue.Err.Error()))
+		}
+		return nil, errors.New("invalid URL")
 	}
 	if u.Scheme != "http" && u.Scheme != "https" {
 		return nil, fmt.Errorf("scheme must be http or https (got %q)", u.Scheme)
@@ -387,4 +414,20 @@ func parseProbeURL(s string) (*url.URL, error) {
 		return nil, errors.New("must not carry userinfo")
 	}
 	return u, nil
+}
+
+// dropQuoted removes the double-quoted parts of s and the space before
+// each: `invalid port ":x" after host` becomes `invalid port after host`.
+func dropQuoted(s string) string {
+	for {
+		i := strings.IndexByte(s, '"')
+		if i < 0 {
+			return s
+		}
+		j := strings.IndexByte(s[i+1:], '"')
+		if j < 0 {
+			return strings.TrimSpace(s[:i])
+		}
+		s = strings.TrimRight(s[:i], " ") + s[i+1+j+1:]
+	}
 }

@@ -1,6 +1,7 @@
 package health
 
 import (
+	"errors"
 	"math"
 	"strings"
 	"testing"
@@ -182,4 +183,45 @@ func FuzzCooldown(f *testing.F) {
 			t.Fatalf("Cooldown(%d, %v) = %v outside [0, %v]", n, s, got, p.For(Refused).Max)
 		}
 	})
+}
+
+// TestValidateReportsEvery: every problem of [cooldown] and [probe] is
+// its own *KeyError naming its key (bug: a class table stopped at its
+// first problem, and the gateway got one multi-line message).
+func TestValidateReportsEvery(t *testing.T) {
+	cfg := Config{
+		Cooldown: CooldownConfig{
+			Multiplier:   0.5,
+			Refused:      ClassPolicy{Base: -time.Second, Max: -time.Second},
+			AuthRejected: ClassPolicy{Base: time.Hour, Max: time.Minute, After: 3, PermanentAfter: 2},
+		},
+		Probe: ProbeConfig{URL: "http://u:S3cretPw@[::1", ExpectStatus: []int{700, 800}, Timeout: -1},
+	}
+	err := cfg.Validate()
+	var got []string
+	var walk func(error)
+	walk = func(e error) {
+		if j, ok := e.(interface{ Unwrap() []error }); ok {
+			for _, e := range j.Unwrap() {
+				walk(e)
+			}
+			return
+		}
+		var ke *KeyError
+		if !errors.As(e, &ke) {
+			t.Errorf("%v is not a *KeyError", e)
+			return
+		}
+		got = append(got, ke.Key)
+	}
+	walk(err)
+	want := []string{"cooldown.multiplier", "cooldown.refused.base", "cooldown.refused.max",
+		"cooldown.auth_rejected.max", "cooldown.auth_rejected.permanent_after",
+		"probe.url", "probe.expect_status", "probe.expect_status", "probe.timeout"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("keys:\n%v\nwant:\n%v", got, want)
+	}
+	if err != nil && strings.Contains(err.Error(), "S3cretPw") {
+		t.Errorf("the probe url's password is shown: %v", err)
+	}
 }

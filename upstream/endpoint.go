@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"golang.org/x/net/proxy"
 
@@ -29,6 +31,37 @@ type Spec struct {
 	// with credentials). Only for servers that read exactly what each step
 	// needs (dante does; microsocks drops the rest and the handshake times out).
 	Pipeline bool
+}
+
+// MaxNameLen is the longest upstream name, in bytes.
+const MaxNameLen = 200
+
+// CheckName reports whether name can name an upstream: it is what the
+// admin API takes as one path segment (/api/upstreams/{name}), what
+// metrics labels, the X-Rotor-Upstream header and logs carry. So it is
+// not empty or only white space, holds no control or other non-printable
+// character (a NUL, a newline, U+202E), no '/', is not "." or ".." (which
+// a path cannot hold as a segment), and is at most MaxNameLen bytes.
+// Printable Unicode, spaces and dots are fine.
+func CheckName(name string) error {
+	switch {
+	case strings.TrimSpace(name) == "":
+		return errors.New("must not be empty or only white space")
+	case len(name) > MaxNameLen:
+		return fmt.Errorf("is %d bytes long; at most %d", len(name), MaxNameLen)
+	case !utf8.ValidString(name):
+		return errors.New("is not valid UTF-8")
+	case strings.Contains(name, "/"):
+		return errors.New("must not contain '/' (the admin API takes the name as one path segment)")
+	case name == "." || name == "..":
+		return errors.New(`must not be "." or ".." (the admin API takes the name as one path segment)`)
+	}
+	for _, r := range name {
+		if !unicode.IsPrint(r) {
+			return fmt.Errorf("must not contain control or non-printable characters (found %U)", r)
+		}
+	}
+	return nil
 }
 
 // Identity returns the key that identifies an upstream across reloads and

@@ -46,9 +46,14 @@ var listSchemes = map[string]bool{"socks5": true, "socks5h": true, "http": true,
 //	user:pass@host:port     (split at the last '@')
 //
 // IPv6 hosts are bracketed ("[::1]:1080"). Lines starting with '#' and blank
-// lines are ignored; leading/trailing space, CR line endings and a UTF-8 BOM
-// are tolerated. Lines without a scheme get defaultScheme. Bad lines are
-// returned as LineErrors and skipped; the good ones are all returned.
+// lines are ignored, and so is a trailing comment: a '#' that follows
+// white space, and the rest of the line ("1.2.3.4:8080  # dc-1"). A '#'
+// right after other text is kept, since passwords hold it
+// ("h:1:u:Pa#ss"); a password holding white space then '#' must be
+// written percent-encoded in URL form ("http://u:Pa%20%23ss@h:1").
+// Leading/trailing space, CR line endings and a UTF-8 BOM are tolerated.
+// Lines without a scheme get defaultScheme. Bad lines are returned as
+// LineErrors and skipped; the good ones are all returned.
 func ParseList(r io.Reader, defaultScheme string) ([]ListEntry, []LineError) {
 	var (
 		entries []ListEntry
@@ -67,7 +72,7 @@ func ParseList(r io.Reader, defaultScheme string) ([]ListEntry, []LineError) {
 		if n == 1 {
 			line = bytes.TrimPrefix(line, []byte("\xef\xbb\xbf"))
 		}
-		switch s := strings.TrimSpace(string(line)); {
+		switch s := stripComment(strings.TrimSpace(string(line))); {
 		case tooLong:
 			errs = append(errs, LineError{Line: n, Err: fmt.Errorf("line longer than %d bytes", maxListLine)})
 		case s == "" || s[0] == '#':
@@ -84,6 +89,18 @@ func ParseList(r io.Reader, defaultScheme string) ([]ListEntry, []LineError) {
 		}
 	}
 	return entries, errs
+}
+
+// stripComment drops a trailing comment from a trimmed line: the first
+// '#' that follows a space or tab, and what comes after it. A line that
+// starts with '#' is left whole (the caller skips it).
+func stripComment(s string) string {
+	for i := 1; i < len(s); i++ {
+		if s[i] == '#' && (s[i-1] == ' ' || s[i-1] == '\t') {
+			return strings.TrimSpace(s[:i])
+		}
+	}
+	return s
 }
 
 // readLine returns the next line without its terminator. An over-long line

@@ -150,3 +150,40 @@ func TestParseListReadError(t *testing.T) {
 		t.Fatal("LineError does not unwrap")
 	}
 }
+
+// TestParseListTrailingComments: a '#' after white space starts a comment
+// to the end of the line, in every format (bug: "127.0.0.1:23187   # dc-1"
+// was refused as invalid port "23187   # dc-1"). A '#' right after other
+// text is part of the line: passwords hold it.
+func TestParseListTrailingComments(t *testing.T) {
+	tests := []struct {
+		line string
+		want string // the URL; "" = the line is skipped as a comment
+	}{
+		{"127.0.0.1:23187   # trailing comment", "http://127.0.0.1:23187"},
+		{"127.0.0.1:23187\t# tab before it", "http://127.0.0.1:23187"},
+		{"127.0.0.1:23187 #", "http://127.0.0.1:23187"},
+		{"socks5://u:pw@127.0.0.1:1080 # dc-1 # second", "socks5://u:pw@127.0.0.1:1080"},
+		{"10.0.0.1:8080:bob:Pa#ss  # bob's", "http://bob:Pa%23ss@10.0.0.1:8080"},
+		{"10.0.0.1:8080:bob:Pa#ss", "http://bob:Pa%23ss@10.0.0.1:8080"},
+		{"carol:Pw#3@10.0.0.5:8080 # c", "http://carol:Pw%233@10.0.0.5:8080"},
+		{"[::1]:1080 # v6", "http://[::1]:1080"},
+		{"http://u:Pa%20%23ss@10.0.0.2:3128 # space and # in a password, encoded", "http://u:Pa%20%23ss@10.0.0.2:3128"},
+		{"   # indented comment", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.line, func(t *testing.T) {
+			got, errs := ParseList(strings.NewReader(tt.line+"\n"), "http")
+			if len(errs) != 0 {
+				t.Fatalf("errors: %v", errs)
+			}
+			switch {
+			case tt.want == "" && len(got) != 0:
+				t.Fatalf("got %v, want nothing", got)
+			case tt.want == "":
+			case len(got) != 1 || got[0].URL.String() != tt.want:
+				t.Fatalf("got %v, want %s", got, tt.want)
+			}
+		})
+	}
+}

@@ -71,26 +71,52 @@ func (c PoolConfig) WithDefaults() PoolConfig {
 	return c
 }
 
-// Validate reports the first invalid field.
+// Validate reports every invalid field, joined (errors.Join); each is a
+// *KeyError naming its TOML key, so that a config check can point at the
+// key's line.
 func (c PoolConfig) Validate() error {
-	if _, err := newStrategy(c.WithDefaults().Strategy); err != nil {
-		return err
+	var errs []error
+	bad := func(key, format string, a ...any) {
+		errs = append(errs, &KeyError{Key: "pool." + key, Err: fmt.Errorf(format, a...)})
 	}
-	switch {
-	case c.MaxAttempts < 0:
-		return errors.New("pool.max_attempts must be >= 1")
-	case c.WaitForUpstream < 0:
-		return errors.New("pool.wait_for_upstream must not be negative")
-	case c.ConnectTimeout < 0, c.HandshakeTimeout < 0:
-		return errors.New("pool timeouts must not be negative")
+	if _, err := newStrategy(c.WithDefaults().Strategy); err != nil {
+		bad("strategy", "%w", err)
+	}
+	if c.MaxAttempts < 0 {
+		bad("max_attempts", "must be >= 1 (got %d)", c.MaxAttempts)
+	}
+	for _, d := range []struct {
+		key string
+		v   time.Duration
+	}{
+		{"wait_for_upstream", c.WaitForUpstream},
+		{"connect_timeout", c.ConnectTimeout},
+		{"handshake_timeout", c.HandshakeTimeout},
+	} {
+		if d.v < 0 {
+			bad(d.key, "must not be negative (got %s)", d.v)
+		}
 	}
 	for _, s := range c.RetryStatuses {
 		if s < 100 || s > 599 {
-			return fmt.Errorf("pool.retry_statuses: %d is not an HTTP status", s)
+			bad("retry_statuses", "%d is not an HTTP status", s)
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
+
+// KeyError is one invalid config key: Key is its dotted TOML name
+// ("pool.max_attempts"), Err what is wrong with its value.
+type KeyError struct {
+	Key string
+	Err error
+}
+
+func (e *KeyError) Error() string { return e.Key + ": " + e.Err.Error() }
+func (e *KeyError) Unwrap() error { return e.Err }
+
+// ConfigKey returns Key; config checks find the key's line with it.
+func (e *KeyError) ConfigKey() string { return e.Key }
 
 // Pool is the set of endpoints client connections are spread over. The
 // endpoint set is swapped atomically on reload; health lives in the

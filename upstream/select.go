@@ -378,7 +378,7 @@ func newStrategy(name string) (strategy, error) {
 	case "lowest-latency":
 		return &lowestLatency{}, nil
 	}
-	return nil, fmt.Errorf("pool.strategy: unknown strategy %q (round-robin, random, least-conn, weighted, lowest-latency)", name)
+	return nil, fmt.Errorf("unknown strategy %q (round-robin, random, least-conn, weighted, lowest-latency)", name)
 }
 
 // walk returns the first endpoint admitted going round the set from

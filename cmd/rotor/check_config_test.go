@@ -42,6 +42,10 @@ func TestCheckReportsWhatStartRefuses(t *testing.T) {
 			[]string{"3: listen.http: 127.0.0.1:18790 is already listen.socks5's address"}, nil},
 		{"upstream port 99999", "[[upstream]]\nname = \"a\"\nurl = \"socks5://u:pw-Kq7@127.0.0.1:99999\"\n",
 			[]string{`3: upstream "socks5://u:xxxxx@127.0.0.1:99999": invalid port`}, []string{"pw-Kq7"}},
+		{"upstream without a port", "[[upstream]]\nurl = \"https://user:pw-Kq7@127.0.0.1\"\n",
+			[]string{`2: upstream "https://user:xxxxx@127.0.0.1": missing port`}, []string{"pw-Kq7"}},
+		{"upstream name without a port", "[[upstream]]\nurl = \"socks5://user:pw-Kq7@proxy.example.com\"\n",
+			[]string{`2: upstream "socks5://user:xxxxx@proxy.example.com": missing port`}, []string{"pw-Kq7"}},
 		{"upstream port 0", "[[upstream]]\nurl = \"socks5://127.0.0.1:0\"\n", []string{"2: upstream \"socks5://127.0.0.1:0\": invalid port"}, nil},
 		{"path on a proxy URL", "[[upstream]]\nurl = \"https://127.0.0.1:443/path\"\n", []string{"2: upstream \"https://127.0.0.1:443/path\": unexpected path"}, nil},
 		{"direct with a host", "[[upstream]]\nurl = \"direct://foo:80\"\n", []string{"2: upstream \"direct://foo:80\": direct:// takes no host"}, nil},
@@ -71,5 +75,68 @@ func TestCheckReportsWhatStartRefuses(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestCheckReportsEverythingAtOnce: one `rotor -check` run prints every
+// error it can find, each as FILE:LINE: message, in line order (bugs
+// from the tester, each needing another round of -check: a type error
+// hid unknown keys, bad durations and a bad strategy; [pool] gave its
+// problems one per run; a missing list file hid every other error;
+// weight = "heavy" appeared only once shutdown_grace = 30 was fixed; a
+// list file's duplicate on line 3 came after its line 4).
+func TestCheckReportsEverythingAtOnce(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "rotor.toml")
+	list := filepath.Join(dir, "list.txt")
+	text := strings.Join([]string{
+		"shutdown_grace = 30",
+		"typo = true",
+		"[pool]",
+		"max_attempts = \"three\"",
+		"strategy = \"bogus\"",
+		"retry_statuses = [42]",
+		"wait_for_upstream = \"ten\"",
+		"[probe]",
+		"expect_status = [700]",
+		"[cooldown.refused]",
+		"base = \"-1s\"",
+		"[[upstream]]",
+		"url = \"socks5://127.0.0.1:1080\"",
+		"weight = \"heavy\"",
+		"[[upstream_file]]",
+		"path = \"missing.txt\"",
+		"[[upstream_file]]",
+		"path = \"list.txt\"",
+	}, "\n") + "\n"
+	files := map[string]string{
+		path: text,
+		list: "127.0.0.1:2001\n127.0.0.1:2001\nno-port\n127.0.0.1:2002   # trailing comment\n",
+	}
+	for p, s := range files {
+		if err := os.WriteFile(p, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := []string{
+		path + `:1: shutdown_grace: want a duration string like "5s", got the integer 30`,
+		path + `:2: unknown key "typo"`,
+		path + `:4: pool.max_attempts: want an integer, got a string`,
+		path + `:5: pool.strategy: unknown strategy "bogus" (round-robin, random, least-conn, weighted, lowest-latency)`,
+		path + `:6: pool.retry_statuses: 42 is not an HTTP status`,
+		path + `:7: pool.wait_for_upstream: invalid duration "ten" (want a duration string like "5s", "500ms" or "1m30s")`,
+		path + `:9: probe.expect_status: 700 is not an HTTP status code`,
+		path + `:11: cooldown.refused.base: must not be negative (got -1s)`,
+		path + `:14: upstream.weight: want an integer, got a string`,
+		path + `:16: upstream_file: open ` + filepath.Join(dir, "missing.txt") + `: no such file or directory`,
+		list + `:2: duplicate upstream http://127.0.0.1:2001`,
+		list + `:3: missing port`,
+	}
+	code, out, errs := runCmd(t, "-config", path, "-check")
+	if code != 1 {
+		t.Errorf("exit %d, want 1 (stdout %q)", code, out)
+	}
+	if got := strings.TrimRight(errs, "\n"); got != strings.Join(want, "\n") {
+		t.Errorf("stderr:\n%s\nwant:\n%s", got, strings.Join(want, "\n"))
 	}
 }

@@ -99,21 +99,27 @@ func run(args []string, stdout, stderr io.Writer, notify notifyFunc) int {
 	// go-redis has one process-wide logger (fleet mode): route it to ours.
 	cluster.SetRedisLogger(log)
 
+	if *check {
+		// Every problem of the file and its list files, in one run.
+		path := configFile(*configPath)
+		if path == "" {
+			fmt.Fprintln(stdout, "built-in defaults: ok")
+			return 0
+		}
+		if err := gateway.CheckConfig(path); err != nil {
+			fmt.Fprintln(stderr, err)
+			return 1
+		}
+		if cfg, err := gateway.LoadConfig(path); err == nil && cfg.Probe.URL == "" {
+			fmt.Fprintf(stderr, "%s: warning: no [probe] url: cooled upstreams are re-admitted when their cooldown ends, and new ones serve, without a probe\n", path)
+		}
+		fmt.Fprintf(stdout, "%s: ok\n", path)
+		return 0
+	}
 	cfg, err := loadConfig(*configPath)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1
-	}
-	if *check {
-		if problems := cfg.CheckLists(); problems != nil {
-			fmt.Fprintln(stderr, problems)
-			return 1
-		}
-		if cfg.Probe.URL == "" {
-			fmt.Fprintf(stderr, "%s: warning: no [probe] url: cooled upstreams are re-admitted when their cooldown ends, and new ones serve, without a probe\n", displayPath(cfg))
-		}
-		fmt.Fprintf(stdout, "%s: ok\n", displayPath(cfg))
-		return 0
 	}
 
 	// Signals are caught before the listeners open, so a SIGTERM that
