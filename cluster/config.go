@@ -20,6 +20,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/rotor-proxy/rotor/health"
 	"os"
 	"strings"
 	"time"
@@ -140,22 +141,10 @@ func (c Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// KeyError is one invalid [cluster] key: Key is its dotted TOML name
-// ("cluster.lease_ttl"), Err what is wrong with its value.
-type KeyError struct {
-	Key string
-	Err error
-}
+// KeyError is one invalid [cluster] key ("cluster.lease_ttl"): health's.
+type KeyError = health.KeyError
 
-func (e *KeyError) Error() string { return e.Key + ": " + e.Err.Error() }
-func (e *KeyError) Unwrap() error { return e.Err }
-
-// ConfigKey returns Key; config checks find the key's line with it.
-func (e *KeyError) ConfigKey() string { return e.Key }
-
-func keyErr(key, format string, a ...any) error {
-	return &KeyError{Key: key, Err: fmt.Errorf(format, a...)}
-}
+var keyErr = health.KeyErr
 
 // redactURLError keeps go-redis's URL errors from echoing a password: it
 // keeps only the message's first clause, which names the problem.

@@ -108,8 +108,8 @@ func (ix lineIndex) arrayTable(name string, i int) int {
 }
 
 // configKeyer is an error about one config key, named dotted
-// ("pool.max_attempts"): the KeyError types of upstream, health and
-// cluster.
+// ("pool.max_attempts"): health.KeyError, which upstream and cluster
+// return too.
 type configKeyer interface {
 	ConfigKey() string
 }

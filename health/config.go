@@ -285,7 +285,10 @@ func (c Config) Validate() error {
 }
 
 // KeyError is one invalid config key: Key is its dotted TOML name
-// ("cooldown.refused.max"), Err what is wrong with its value.
+// ("cooldown.refused.max"), Err what is wrong with its value. The other
+// packages' Validate methods return it too (upstream.KeyError and
+// cluster.KeyError are this type), so a config check finds every key's
+// line the same way.
 type KeyError struct {
 	Key string
 	Err error
@@ -296,6 +299,9 @@ func (e *KeyError) Unwrap() error { return e.Err }
 
 // ConfigKey returns Key; config checks find the key's line with it.
 func (e *KeyError) ConfigKey() string { return e.Key }
+
+// KeyErr returns a *KeyError for key, its message formatted.
+func KeyErr(key, format string, a ...any) error { return keyErr(key, format, a...) }
 
 // keyErr returns a *KeyError for key.
 func keyErr(key, format string, a ...any) error {

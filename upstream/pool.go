@@ -77,7 +77,7 @@ func (c PoolConfig) WithDefaults() PoolConfig {
 func (c PoolConfig) Validate() error {
 	var errs []error
 	bad := func(key, format string, a ...any) {
-		errs = append(errs, &KeyError{Key: "pool." + key, Err: fmt.Errorf(format, a...)})
+		errs = append(errs, health.KeyErr("pool."+key, format, a...))
 	}
 	if _, err := newStrategy(c.WithDefaults().Strategy); err != nil {
 		bad("strategy", "%w", err)
@@ -105,18 +105,8 @@ func (c PoolConfig) Validate() error {
 	return errors.Join(errs...)
 }
 
-// KeyError is one invalid config key: Key is its dotted TOML name
-// ("pool.max_attempts"), Err what is wrong with its value.
-type KeyError struct {
-	Key string
-	Err error
-}
-
-func (e *KeyError) Error() string { return e.Key + ": " + e.Err.Error() }
-func (e *KeyError) Unwrap() error { return e.Err }
-
-// ConfigKey returns Key; config checks find the key's line with it.
-func (e *KeyError) ConfigKey() string { return e.Key }
+// KeyError is one invalid config key ("pool.max_attempts"): health's.
+type KeyError = health.KeyError
 
 // Pool is the set of endpoints client connections are spread over. The
 // endpoint set is swapped atomically on reload; health lives in the
