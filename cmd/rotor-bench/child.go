@@ -73,7 +73,9 @@ type relayChild struct {
 }
 
 // startRelayChild runs "rotor-bench relay" and waits for its ready line.
-func startRelayChild(socksAddr, httpAddr, copyMode string) (*relayChild, error) {
+// With forward set ("socks5 addr", "http addr") it is a pure hop to them
+// (see startHop).
+func startRelayChild(socksAddr, httpAddr, copyMode string, forward ...string) (*relayChild, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -81,6 +83,9 @@ func startRelayChild(socksAddr, httpAddr, copyMode string) (*relayChild, error) 
 	args := []string{"relay", "-listen", socksAddr, "-copy", copyMode}
 	if httpAddr != "" {
 		args = append(args, "-http-listen", httpAddr)
+	}
+	if len(forward) == 2 {
+		args = append(args, "-forward-to", forward[0], "-forward-http-to", forward[1])
 	}
 	cmd := exec.Command(exe, args...)
 	cmd.Stderr = os.Stderr
@@ -135,6 +140,8 @@ func relayMain(args []string) int {
 	listen := fs.String("listen", "127.0.0.1:0", "SOCKS5 listen address (loopback)")
 	httpListen := fs.String("http-listen", "", "optional plain HTTP proxy listen address (plumbing runs only)")
 	copyMode := fs.String("copy", "idle", "copy mode: idle (splice, 2 fds per idle tunnel) or iocopy (plain io.Copy)")
+	forwardTo := fs.String("forward-to", "", "be a pure TCP hop: splice every connection on -listen to this address")
+	forwardHTTPTo := fs.String("forward-http-to", "", "with -forward-to: splice connections on -http-listen to this address")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -143,14 +150,20 @@ func relayMain(args []string) int {
 		fmt.Fprintf(os.Stderr, "relay: unknown -copy %q\n", *copyMode)
 		return 2
 	}
-	for _, a := range []string{*listen, *httpListen} {
+	for _, a := range []string{*listen, *httpListen, *forwardTo, *forwardHTTPTo} {
 		if a != "" && !isLoopbackAddr(a) {
 			fmt.Fprintf(os.Stderr, "relay: %s is not a loopback address\n", a)
 			return 2
 		}
 	}
 	raiseNofile()
-	r, err := startRelay(*listen, *httpListen, cp)
+	var r *relay
+	var err error
+	if *forwardTo != "" {
+		r, err = startHop(*listen, *forwardTo, *httpListen, *forwardHTTPTo, cp)
+	} else {
+		r, err = startRelay(*listen, *httpListen, cp)
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "relay:", err)
 		return 1

@@ -36,6 +36,7 @@ type options struct {
 	RotorLog            string
 	GatewayNofile       uint64
 	GatewayIsRelay      bool
+	GatewayIsHop        bool
 	RelayListen         string
 	RelayInProc         bool
 	RelayCopy           string
@@ -79,6 +80,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.RotorLog, "rotor-log", "", "spawn mode: file for rotor's stderr (default: in a temp dir, removed)")
 	fs.Uint64Var(&o.GatewayNofile, "gateway-nofile", 20000, "spawn mode: RLIMIT_NOFILE set on rotor with prlimit (0: inherit)")
 	fs.BoolVar(&o.GatewayIsRelay, "gateway-is-relay", false, "plumbing run: use the relay itself as the \"gateway\" (no gateway measured)")
+	fs.BoolVar(&o.GatewayIsHop, "gateway-is-hop", false, "floor run: a second relay process that only splices bytes to the relay stands in as the gateway (one more zero-copy hop, no proxy work)")
 	fs.StringVar(&o.RelayListen, "relay-listen", "127.0.0.1:0", "relay listen address; fix it when the gateway is configured by hand")
 	fs.BoolVar(&o.RelayInProc, "relay-inproc", false, "run the relay in this process (tests; no relay CPU/RSS figures)")
 	fs.StringVar(&o.RelayCopy, "relay-copy", "idle", "relay copy mode: idle (splice, no pipe parked on idle tunnels: 2 fds each) or iocopy (plain io.Copy: 6 fds each)")
@@ -122,13 +124,13 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return nil, fmt.Errorf("-relay-copy: want idle or iocopy, got %q", o.RelayCopy)
 	}
 	modes := 0
-	for _, on := range []bool{o.SpawnRotor != "", o.GatewayIsRelay, o.SOCKS5 != "" && o.SpawnRotor == "" || o.HTTP != "" && o.SpawnRotor == ""} {
+	for _, on := range []bool{o.SpawnRotor != "", o.GatewayIsRelay, o.GatewayIsHop, o.SOCKS5 != "" && o.SpawnRotor == "" || o.HTTP != "" && o.SpawnRotor == ""} {
 		if on {
 			modes++
 		}
 	}
 	if modes > 1 {
-		return nil, fmt.Errorf("choose one of -spawn-rotor, -gateway-is-relay, or -socks5/-http of a running gateway")
+		return nil, fmt.Errorf("choose one of -spawn-rotor, -gateway-is-relay, -gateway-is-hop, or -socks5/-http of a running gateway")
 	}
 	if o.Duration <= 0 || o.Duration > 10*time.Minute || o.Rounds < 1 || o.Rounds > 20 ||
 		o.Streams < 1 || o.Workers < 1 || o.Idle < 0 || o.Idle > 100000 {

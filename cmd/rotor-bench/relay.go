@@ -45,6 +45,41 @@ func startRelay(socksAddr, httpAddr string, cp copyFunc) (*relay, error) {
 	return r, nil
 }
 
+// startHop starts a pure TCP hop: every connection accepted on socksAddr
+// (and on httpAddr, when set) is spliced to socksTo (httpTo), byte for
+// byte. Standing in as the gateway (-gateway-is-hop) it measures what one
+// more zero-copy relay hop in the path costs on this machine, the floor
+// under any gateway's figures; the client's SOCKS5 or CONNECT handshake
+// passes through it to the relay.
+func startHop(socksAddr, socksTo, httpAddr, httpTo string, cp copyFunc) (*relay, error) {
+	forward := func(to string) func(*net.TCPConn) {
+		return func(c *net.TCPConn) {
+			ap, err := netip.ParseAddrPort(to)
+			if err != nil {
+				return
+			}
+			t, err := dialLoopback(ap)
+			if err != nil {
+				return
+			}
+			defer t.Close()
+			splice(c, t, cp)
+		}
+	}
+	r := &relay{}
+	var err error
+	if r.socks, err = listenTCP(socksAddr, forward(socksTo)); err != nil {
+		return nil, err
+	}
+	if httpAddr != "" && httpTo != "" {
+		if r.http, err = listenTCP(httpAddr, forward(httpTo)); err != nil {
+			r.socks.Close()
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
 // Close stops both listeners and waits for every tunnel to end.
 func (r *relay) Close() {
 	r.socks.Close()

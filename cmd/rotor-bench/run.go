@@ -33,7 +33,7 @@ func run(ctx context.Context, o *options, logf func(string, ...any)) (*report, e
 
 	// The relay: a child process (so /proc can read it) unless -relay-inproc.
 	relayHTTP := ""
-	if o.GatewayIsRelay {
+	if o.GatewayIsRelay || o.GatewayIsHop {
 		relayHTTP = "127.0.0.1:0"
 	}
 	if o.RelayInProc {
@@ -66,6 +66,15 @@ func run(ctx context.Context, o *options, logf func(string, ...any)) (*report, e
 		rep.Mode = "relay-as-gateway"
 		gw.SOCKS5, gw.HTTP, gw.PID = e.relayAddr, relayHTTP, e.relayPID
 		rep.note("plumbing run: the \"gateway\" is the relay itself (plus its test-only HTTP proxy); ratios only validate the tool")
+	case o.GatewayIsHop:
+		rep.Mode = "hop-as-gateway"
+		h, err := startRelayChild("127.0.0.1:0", "127.0.0.1:0", o.RelayCopy, e.relayAddr, relayHTTP)
+		if err != nil {
+			return nil, fmt.Errorf("hop: %w", err)
+		}
+		defer h.Stop()
+		gw.SOCKS5, gw.HTTP, gw.PID = h.SOCKSAddr, h.HTTPAddr, h.PID()
+		rep.note("floor run: the \"gateway\" is a second relay process splicing bytes to the relay (the client's handshake passes through it); its ratios are what one more zero-copy hop costs on this machine, the floor under any gateway's")
 	case o.SpawnRotor != "":
 		rep.Mode = "spawn"
 		rc, cleanup, err := spawnGateway(ctx, o, e, logf)
