@@ -74,6 +74,21 @@ func testPhases(t *testing.T, e *env) {
 	}
 }
 
+// TestHopPhasesMoveBytes runs every phase through a pure hop (the
+// -gateway-is-hop floor) in front of the relay: the client's SOCKS5 and
+// CONNECT handshakes must pass through it unchanged.
+func TestHopPhasesMoveBytes(t *testing.T) {
+	e := testEnv(t, "idle")
+	h, err := startHop("127.0.0.1:0", e.relayAddr, "127.0.0.1:0", e.gwHTTP, copyFuncs["idle"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.Close)
+	e.fronts = []front{{"socks5", socks5Dialer{proxy: h.socks.Addr().String()}}, {"connect", connectDialer{proxy: h.http.Addr().String()}}}
+	e.gwHTTP = h.http.Addr().String()
+	testPhases(t, e)
+}
+
 // TestBulkBudget checks that a byte budget is delivered exactly.
 func TestBulkBudget(t *testing.T) {
 	e := testEnv(t, "idle")
