@@ -11,6 +11,7 @@ package gateway
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"net/url"
 	"os"
 	"reflect"
@@ -191,6 +192,41 @@ func Defaults() *Config {
 	c.AllowPrivateDestinations = true
 	c.fill(nil)
 	return c
+}
+
+// Warnings lists what is valid but will not work as the operator likely
+// means; -check prints them and start logs them. (A missing probe.url is
+// said by -check and by the prober itself.)
+func (c *Config) Warnings() []string {
+	var w []string
+	if c.Probe.URL != "" && !c.AllowPrivateDestinations && c.hasDirect() {
+		if u, err := url.Parse(c.Probe.URL); err == nil && privateHost(u.Hostname()) {
+			w = append(w, fmt.Sprintf("probe.url host %s is a loopback or private address, which the direct upstream may not reach "+
+				"(allow_private_destinations = false): its probes will fail and it will never serve", u.Hostname()))
+		}
+	}
+	return w
+}
+
+// hasDirect reports whether an [[upstream]] is direct://.
+func (c *Config) hasDirect() bool {
+	for _, u := range c.Upstreams {
+		if strings.HasPrefix(strings.ToLower(strings.TrimSpace(u.URL)), "direct:") {
+			return true
+		}
+	}
+	return false
+}
+
+// privateHost reports a host the direct dialer refuses without
+// allow_private_destinations: localhost, or such an IP literal.
+func privateHost(h string) bool {
+	h = strings.TrimSuffix(strings.ToLower(h), ".")
+	if h == "localhost" || strings.HasSuffix(h, ".localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(h)
+	return err == nil && upstream.ForbiddenDestination(ip.Unmap())
 }
 
 // Path returns the file the config was loaded from ("" for defaults).

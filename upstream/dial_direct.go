@@ -102,6 +102,11 @@ func checkDestination(address string, publicOnly bool, forbid func(netip.AddrPor
 
 var cgnat = netip.MustParsePrefix("100.64.0.0/10")
 
+// ForbiddenDestination reports whether the direct upstream refuses ip
+// while private destinations are not allowed (loopback, private,
+// link-local, multicast, unspecified, CGNAT).
+func ForbiddenDestination(ip netip.Addr) bool { return forbiddenAddr(ip) }
+
 func forbiddenAddr(ip netip.Addr) bool {
 	return ip.IsLoopback() || ip.IsPrivate() || ip.IsLinkLocalUnicast() ||
 		ip.IsLinkLocalMulticast() || ip.IsInterfaceLocalMulticast() || ip.IsMulticast() ||

@@ -110,8 +110,13 @@ func run(args []string, stdout, stderr io.Writer, notify notifyFunc) int {
 			fmt.Fprintln(stderr, err)
 			return 1
 		}
-		if cfg, err := gateway.LoadConfig(path); err == nil && cfg.Probe.URL == "" {
-			fmt.Fprintf(stderr, "%s: warning: no [probe] url: cooled upstreams are re-admitted when their cooldown ends, and new ones serve, without a probe\n", path)
+		if cfg, err := gateway.LoadConfig(path); err == nil {
+			if cfg.Probe.URL == "" {
+				fmt.Fprintf(stderr, "%s: warning: no [probe] url: cooled upstreams are re-admitted when their cooldown ends, and new ones serve, without a probe\n", path)
+			}
+			for _, w := range cfg.Warnings() {
+				fmt.Fprintf(stderr, "%s: warning: %s\n", path, w)
+			}
 		}
 		fmt.Fprintf(stdout, "%s: ok\n", path)
 		return 0
@@ -138,6 +143,9 @@ func run(args []string, stdout, stderr io.Writer, notify notifyFunc) int {
 		return 1
 	}
 	log.Info().Str("version", version).Str("config", displayPath(cfg)).Msg("rotor started")
+	for _, w := range cfg.Warnings() {
+		log.Warn().Str("config", displayPath(cfg)).Msg(w)
+	}
 
 	// Reloads run on their own goroutine until SIGTERM/SIGINT.
 	ctx, stopWatch := context.WithCancel(context.Background())

@@ -85,6 +85,33 @@ func TestCheckProbeWarning(t *testing.T) {
 	}
 }
 
+// TestCheckWarnsPrivateProbeBehindDirect: a probe.url on loopback that
+// the direct upstream may not reach (allow_private_destinations = false)
+// would keep it out for good: -check says so, and exits 0 (the file is
+// valid). Issue: -check printed ok and the upstream never served.
+func TestCheckWarnsPrivateProbeBehindDirect(t *testing.T) {
+	dir := t.TempDir()
+	for name, tc := range map[string]struct {
+		text string
+		warn bool
+	}{
+		"loopback behind direct": {"[probe]\nurl = \"http://127.0.0.1:9/\"\n[[upstream]]\nurl = \"direct://\"\n", true},
+		"localhost behind direct": {"[probe]\nurl = \"http://localhost:9/\"\n[[upstream]]\nurl = \"direct://\"\n", true},
+		"allowed":                 {"allow_private_destinations = true\n[probe]\nurl = \"http://127.0.0.1:9/\"\n[[upstream]]\nurl = \"direct://\"\n", false},
+		"no direct":               {"[probe]\nurl = \"http://127.0.0.1:9/\"\n[[upstream]]\nurl = \"socks5://127.0.0.1:1080\"\n", false},
+		"public probe":            {"[probe]\nurl = \"http://probe.example/\"\n[[upstream]]\nurl = \"direct://\"\n", false},
+	} {
+		p := filepath.Join(dir, strings.ReplaceAll(name, " ", "-")+".toml")
+		if err := os.WriteFile(p, []byte(tc.text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		code, _, errs := runCmd(t, "-config", p, "-check")
+		if code != 0 || strings.Contains(errs, "never serve") != tc.warn {
+			t.Errorf("%s: exit %d stderr %q, want exit 0 and the warning %v", name, code, errs, tc.warn)
+		}
+	}
+}
+
 func TestBadFlags(t *testing.T) {
 	if code, _, _ := runCmd(t, "-log-format", "xml", "-version"); code != 0 {
 		// -version exits before the log format is looked at
