@@ -95,7 +95,7 @@ func TestCheckWarnsPrivateProbeBehindDirect(t *testing.T) {
 		text string
 		warn bool
 	}{
-		"loopback behind direct": {"[probe]\nurl = \"http://127.0.0.1:9/\"\n[[upstream]]\nurl = \"direct://\"\n", true},
+		"loopback behind direct":  {"[probe]\nurl = \"http://127.0.0.1:9/\"\n[[upstream]]\nurl = \"direct://\"\n", true},
 		"localhost behind direct": {"[probe]\nurl = \"http://localhost:9/\"\n[[upstream]]\nurl = \"direct://\"\n", true},
 		"allowed":                 {"allow_private_destinations = true\n[probe]\nurl = \"http://127.0.0.1:9/\"\n[[upstream]]\nurl = \"direct://\"\n", false},
 		"no direct":               {"[probe]\nurl = \"http://127.0.0.1:9/\"\n[[upstream]]\nurl = \"socks5://127.0.0.1:1080\"\n", false},
