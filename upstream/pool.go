@@ -92,10 +92,14 @@ func (c PoolConfig) Validate() error {
 		{"wait_for_upstream", c.WaitForUpstream},
 		{"connect_timeout", c.ConnectTimeout},
 		{"handshake_timeout", c.HandshakeTimeout},
+		{"session_ttl", c.SessionTTL},
 	} {
 		if d.v < 0 {
 			bad(d.key, "must not be negative (got %s)", d.v)
 		}
+	}
+	if c.RetryBodyLimit < 0 {
+		bad("retry_body_limit", "must not be negative (got %d)", c.RetryBodyLimit)
 	}
 	for _, s := range c.RetryStatuses {
 		if s < 100 || s > 599 {

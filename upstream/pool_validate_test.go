@@ -39,6 +39,9 @@ func TestPoolConfigValidateReportsEvery(t *testing.T) {
 			[]string{"pool.strategy", "pool.max_attempts", "pool.retry_statuses"}},
 		{"each timeout", PoolConfig{WaitForUpstream: -1, ConnectTimeout: -time.Second, HandshakeTimeout: -1, RetryStatuses: []int{99, 600}},
 			[]string{"pool.wait_for_upstream", "pool.connect_timeout", "pool.handshake_timeout", "pool.retry_statuses", "pool.retry_statuses"}},
+		// A negative session TTL or body limit was taken as is.
+		{"session ttl and body limit", PoolConfig{SessionTTL: -time.Minute, RetryBodyLimit: -1},
+			[]string{"pool.session_ttl", "pool.retry_body_limit"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
