@@ -186,7 +186,11 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 			_ = rc.SetReadDeadline(time.Now().Add(cfg.Listen.HandshakeTimeout))
 			b, err := io.ReadAll(io.LimitReader(r.Body, pcfg.RetryBodyLimit+1))
 			if err != nil {
-				plainError(w, http.StatusBadRequest, "bad_request", "reading request body: "+err.Error())
+				// The same answers and log line as a streamed body's
+				// (a stall here is the handshake timeout's).
+				ce := &clientBodyError{err: err}
+				clientBodyAnswer(w, ce, cfg.Listen.HandshakeTimeout)
+				s.logForward(id, r, params.User, nil, nil, ce, 0, start)
 				return
 			}
 			_ = rc.SetReadDeadline(time.Time{}) // on error it stays: net/http drains the rest of the body after the 400

@@ -108,6 +108,25 @@ func TestForwardClientBodyErrorIsTheClients(t *testing.T) {
 		}
 	})
 
+	t.Run("small body stalled", func(t *testing.T) {
+		// A body small enough to buffer (for retries) is read before any
+		// upstream, within listen.handshake_timeout: its stall gets the
+		// same 408 and log line (it got a bare 400 "i/o timeout" and no
+		// line).
+		srv, logs := bodyGateway(t, time.Minute, "") // listenConf's handshake_timeout is 300ms
+		c, br := h1Dial(t, srv)
+		fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Length: 10\r\n\r\nabc", target.URL("/echo"), target.Addr())
+		r, body := h1Read(t, br, http.MethodPost)
+		if r.StatusCode != http.StatusRequestTimeout || !strings.Contains(body, "request body stalled") {
+			t.Fatalf("answer %d %q, want 408 saying the body stalled", r.StatusCode, body)
+		}
+		if line := forwardLine(t, logs); !strings.Contains(line, `"outcome":"bad_request"`) {
+			t.Errorf("log line %s, want outcome bad_request", line)
+		}
+		noFailures(t, srv, "a")
+		noFailures(t, srv, "b")
+	})
+
 	t.Run("client leaves mid-body", func(t *testing.T) {
 		srv, logs := bodyGateway(t, time.Minute, "")
 		c, _ := h1Dial(t, srv)
