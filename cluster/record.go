@@ -248,6 +248,19 @@ local function merge(seed)
     if x ~= y then return x < y end
     return pos[a] < pos[b]
   end)
+  -- While an operator's disable holds, what other instances did after it
+  -- never took effect: it is no history. (A seed merging the put-back
+  -- record with a fresh instance's probe, written first into an empty
+  -- Redis, listed that probe after the disable; the instances then had a
+  -- last shared entry that was not their state and put nothing back at
+  -- the next empty restart.)
+  if rec.state == 'disabled' and rec.stage == 'operator' and num(rec.opat) > 0 then
+    local held = {}
+    for _, e in ipairs(h) do
+      if num(e.at) <= num(rec.opat) or e.stage == 'operator' then table.insert(held, e) end
+    end
+    h = held
+  end
   while #h > hmax do table.remove(h, 1) end
   if #h > 0 then rec.hist = h else rec.hist = nil end
   rec.v = rec.v + 1

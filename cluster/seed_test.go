@@ -142,6 +142,7 @@ func TestClusterSeed(t *testing.T) {
 		wantState string
 		wantInst  string
 		wantWrite bool // the seed changed the record
+		dropped   bool // the stored entry never took effect: not history
 	}{
 		{
 			name:      "missing record is stored",
@@ -149,10 +150,11 @@ func TestClusterSeed(t *testing.T) {
 			wantState: "disabled", wantInst: "a", wantWrite: true,
 		},
 		{
-			name:      "a disable beats a newer probe pass written first",
-			stored:    &health.RemoteState{Key: "k", State: health.Eligible, From: health.ProbeAllowed, Stage: health.StageProbe, Detail: "probe passed", At: time.Now().Add(time.Minute)},
-			local:     func(tr *health.Tracker, r *health.Record) { tr.Disable(r, "maintenance") },
-			wantState: "disabled", wantInst: "a", wantWrite: true,
+			name:   "a disable beats a newer probe pass written first",
+			stored: &health.RemoteState{Key: "k", State: health.Eligible, From: health.ProbeAllowed, Stage: health.StageProbe, Detail: "probe passed", At: time.Now().Add(time.Minute)},
+			local:  func(tr *health.Tracker, r *health.Record) { tr.Disable(r, "maintenance") },
+			// The probe pass never took effect: an operator's disable held.
+			wantState: "disabled", wantInst: "a", wantWrite: true, dropped: true,
 		},
 		{
 			name:   "an older automatic state does not win",
@@ -203,8 +205,8 @@ func TestClusterSeed(t *testing.T) {
 			if wrote := rec.V != before.V; wrote != tc.wantWrite {
 				t.Errorf("seed wrote %v (v %d → %d), want %v", wrote, before.V, rec.V, tc.wantWrite)
 			}
-			if tc.stored != nil && !histHas(rec, tc.stored.Detail) {
-				t.Errorf("history lost the stored entry: %+v", rec.Hist)
+			if tc.stored != nil && histHas(rec, tc.stored.Detail) == tc.dropped {
+				t.Errorf("history %+v: the stored entry listed %v, want %v", rec.Hist, !tc.dropped, !tc.dropped)
 			}
 			// Seeding again changes nothing.
 			again := rec.V
@@ -216,5 +218,59 @@ func TestClusterSeed(t *testing.T) {
 				t.Errorf("a second seed wrote again: %s", raw)
 			}
 		})
+	}
+}
+
+// TestClusterSecondEmptyRestartKeepsDisable is a tester's scenario: while
+// Redis was down a fresh instance probed the disabled upstream, and its
+// eligible reached the empty Redis first. The put-back disable must win
+// without listing that probe after it, so that a second empty restart
+// puts the disable back again. Issue: the merged history ended with the
+// probe, the instances' last shared entry was not their state, nothing
+// was put back, and the next fresh instance's probe re-enabled the
+// upstream fleet-wide.
+func TestClusterSecondEmptyRestartKeepsDisable(t *testing.T) {
+	rd := clustertest.Start(t)
+	cfg := Config{Resync: time.Second}
+	a, trA := newMember(t, rd, "a", cfg)
+	_, trB := newMember(t, rd, "b", cfg)
+	if err := a.write(health.RemoteState{Key: "k", State: health.Eligible, From: health.ProbeAllowed,
+		Stage: health.StageProbe, Detail: "probe passed", At: time.Now().Add(-time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	trA.Disable(trA.Lookup("k"), "disabled via admin API")
+	waitUntil(t, 3*time.Second, "b sees the disable", func() bool { return stateOf(trB) == health.Disabled })
+
+	// Down; a fresh instance's probe passes meanwhile and is the first
+	// thing the empty Redis holds.
+	rd.Stop()
+	rd.Start()
+	probe := record{Key: "k", V: 1, State: "eligible", From: "probe_allowed", Stage: "probe", Detail: "probe passed",
+		At: ms(time.Now()), Inst: "d", Hist: []hist{{At: ms(time.Now()), From: "probe_allowed", To: "eligible", Stage: "probe", Detail: "probe passed", Inst: "d"}}}
+	raw, _ := json.Marshal(probe)
+	rd.Do("SET", "rotor:rec:k", string(raw))
+	waitUntil(t, 5*time.Second, "the disable put back over the probe", func() bool {
+		rec := storedRecord(t, rd)
+		return rec.State == "disabled" && rec.Stage == "operator"
+	})
+	rec := storedRecord(t, rd)
+	for _, h := range rec.Hist {
+		if h.Inst == "d" {
+			t.Errorf("history lists d's probe after the disable: %+v", rec.Hist)
+		}
+	}
+	// Give the instances a resync to apply what the store holds.
+	time.Sleep(1500 * time.Millisecond)
+
+	rd.Stop()
+	rd.Start() // empty again
+	waitUntil(t, 5*time.Second, "the disable back after the second empty restart", func() bool {
+		rec := storedRecord(t, rd)
+		return rec.State == "disabled" && rec.Stage == "operator"
+	})
+	for name, tr := range map[string]*health.Tracker{"a": trA, "b": trB} {
+		if got := stateOf(tr); got != health.Disabled {
+			t.Errorf("%s: %v, want disabled", name, got)
+		}
 	}
 }
