@@ -169,7 +169,7 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 	// before any upstream is picked (and blamed for it).
 	if msg := badTarget(addr); msg != "" {
 		plainError(w, http.StatusBadRequest, "bad_request", "invalid target "+strconv.Quote(addr)+": "+msg)
-		s.logForward(id, r, params.User, nil, nil, errBadTarget, 0, start)
+		s.logForward(id, r, params.User, nil, nil, badTargetError(msg), 0, start)
 		return
 	}
 	ctx := r.Context()

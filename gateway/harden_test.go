@@ -1296,7 +1296,8 @@ func TestHTTPFrontRefusalsLogged(t *testing.T) {
 		{"forward to rotor", "GET http://" + admin + "/ HTTP/1.1\r\nHost: " + admin + "\r\n" + auth + "\r\n", "403", `"target":"` + admin + `"`},
 		{"forward to port 0", "GET http://127.0.0.1:0/ HTTP/1.1\r\nHost: 127.0.0.1:0\r\n" + auth + "\r\n", "400", `"target":"127.0.0.1:0"`},
 		{"CONNECT to rotor", "CONNECT " + admin + " HTTP/1.1\r\nHost: " + admin + "\r\n" + auth + "\r\n", "403", `"err":"rotor does not proxy to its own listeners"`},
-		{"CONNECT to port 0", "CONNECT 127.0.0.1:0 HTTP/1.1\r\nHost: 127.0.0.1:0\r\n" + auth + "\r\n", "400", `"target":"\"127.0.0.1:0\""`},
+		{"CONNECT to port 0", "CONNECT 127.0.0.1:0 HTTP/1.1\r\nHost: 127.0.0.1:0\r\n" + auth + "\r\n", "400", `"target":"127.0.0.1:0","dur"`},
+		{"forward reason", "GET http://127.0.0.1:0/ HTTP/1.1\r\nHost: 127.0.0.1:0\r\n" + auth + "\r\n", "400", `"err":"invalid target: the port must be a number from 1 to 65535"`},
 	}
 	for _, tc := range cases {
 		before := len(logs.String())

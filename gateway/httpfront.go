@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"encoding/base64"
+	"fmt"
 	"net"
 	"net/http"
 	"strconv"
@@ -88,6 +89,21 @@ func plainError(w http.ResponseWriter, status int, rotorErr, reason string) {
 	_, _ = w.Write([]byte(reason + "\n"))
 }
 
+// badTargetError is the log line's error for a target badTarget refused,
+// saying why as the client was told.
+func badTargetError(msg string) error { return fmt.Errorf("%w: %s", errBadTarget, msg) }
+
+// logTarget is addr as a log line's target: as sent when it is printable
+// ASCII, else quoted (a hostile client's control bytes stay visible).
+func logTarget(addr string) string {
+	for i := 0; i < len(addr); i++ {
+		if c := addr[i]; c <= ' ' || c >= 0x7f || c == '"' || c == '\\' {
+			return strconv.QuoteToASCII(addr)
+		}
+	}
+	return addr
+}
+
 // badTarget says why addr, a host:port from a client (CONNECT authority
 // or forwarded URL), names no target an upstream could reach, or returns
 // "" when it can be tried: the host is not empty and the port is a
@@ -123,7 +139,7 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request, params use
 	// Refusals get the tunnel's line, as on the SOCKS5 front.
 	if _, port, err := net.SplitHostPort(addr); err != nil || port == "" {
 		plainError(w, http.StatusBadRequest, "bad_request", "CONNECT needs host:port")
-		s.logTunnel(id, "http", nil, params.User, strconv.QuoteToASCII(addr), nil, errBadTarget, relayResult{}, start, r.RemoteAddr)
+		s.logTunnel(id, "http", nil, params.User, logTarget(addr), nil, badTargetError("want host:port"), relayResult{}, start, r.RemoteAddr)
 		return
 	}
 	if s.selfTarget(addr) {
@@ -133,7 +149,7 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request, params use
 	}
 	if msg := badTarget(addr); msg != "" {
 		plainError(w, http.StatusBadRequest, "bad_request", "invalid target "+strconv.Quote(addr)+": "+msg)
-		s.logTunnel(id, "http", nil, params.User, strconv.QuoteToASCII(addr), nil, errBadTarget, relayResult{}, start, r.RemoteAddr)
+		s.logTunnel(id, "http", nil, params.User, logTarget(addr), nil, badTargetError(msg), relayResult{}, start, r.RemoteAddr)
 		return
 	}
 	req := upstream.Request{Addr: addr, Tags: params.Tags, Session: params.Session}

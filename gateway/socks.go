@@ -9,7 +9,6 @@ import (
 	"io"
 	"log"
 	"net"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -250,7 +249,7 @@ func readGreeting(r io.Reader) ([]byte, int, error) {
 
 // errBadTarget answers a SOCKS5 request whose domain name is neither a DNS
 // name nor an IP literal.
-var errBadTarget = errors.New("target is not a valid host name")
+var errBadTarget = errors.New("invalid target")
 
 // socksTunnel dials the target through the pool and starts the relay. It
 // reports whether a tunnel now owns c (and will call release).
@@ -273,7 +272,7 @@ func (s *Server) socksTunnel(id uint64, c net.Conn, pending []byte, params userP
 	if host, _, err := net.SplitHostPort(addr); err != nil || !validTargetHost(host) {
 		_, _ = c.Write(socksReply(repHostUnreachable, nil))
 		_ = c.Close()
-		s.logTunnel(id, "socks5", c, params.User, strconv.QuoteToASCII(addr), nil, errBadTarget, relayResult{}, start)
+		s.logTunnel(id, "socks5", c, params.User, logTarget(addr), nil, badTargetError("the host is not a DNS name or an IP address"), relayResult{}, start)
 		return false
 	}
 	req := upstream.Request{Addr: addr, Tags: params.Tags, Session: params.Session}
