@@ -459,6 +459,16 @@ func (c *Config) validate() ConfigErrors {
 				line = c.elemKey("upstream", i, ke.key)
 			}
 			add(line, "%v", err)
+			// The entry's other keys are still checked (named by its
+			// url as written, redacted).
+			for _, n := range []struct {
+				key string
+				neg bool
+			}{{"weight", u.Weight < 0}, {"max_conns", u.MaxConns < 0}, {"rate", u.Rate < 0}} {
+				if n.neg {
+					add(c.elemKey("upstream", i, n.key), "upstream %q: %s must not be negative", redactURL(u.URL), n.key)
+				}
+			}
 			continue
 		}
 		k := upstream.Identity(spec.URL)
@@ -492,7 +502,7 @@ func (c *Config) validate() ConfigErrors {
 			add(c.elemKey("upstream_file", i, "scheme"), "upstream_file: scheme %q is not socks5, http or https", f.Scheme)
 		}
 		if f.Pipeline && f.Scheme != "socks5" && f.Scheme != "socks5h" {
-			add(c.lines.arrayTable("upstream_file", i), "upstream_file: pipeline = true needs scheme = \"socks5\" (it applies to socks5 upstreams only)")
+			add(c.elemKey("upstream_file", i, "pipeline"), "upstream_file: pipeline = true needs scheme = \"socks5\" (it applies to socks5 upstreams only)")
 		}
 	}
 	return errs
@@ -571,7 +581,7 @@ func (u UpstreamConfig) spec() (upstream.Spec, error) {
 		pu.User = url.UserPassword(user, pw)
 	}
 	if u.Pipeline && pu.Scheme != "socks5" && pu.Scheme != "socks5h" {
-		return bad("", "upstream %s: pipeline = true applies to socks5 upstreams only", upstream.Redact(pu))
+		return bad("pipeline", "upstream %s: pipeline = true applies to socks5 upstreams only", upstream.Redact(pu))
 	}
 	return upstream.Spec{URL: pu, Name: u.Name, Disabled: u.Disabled, Tags: u.Tags, Weight: u.Weight, MaxConns: u.MaxConns, Rate: u.Rate, Pipeline: u.Pipeline}, nil
 }

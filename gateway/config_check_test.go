@@ -474,3 +474,36 @@ func TestConfigExplicitZeroMeansNone(t *testing.T) {
 		t.Errorf("wait_for_upstream = \"0s\" answered after %v, want at once", d)
 	}
 }
+
+// TestCheckUpstreamEntryErrorsAtTheirKeys: a bad url does not hide its
+// entry's other errors; pipeline errors are at the pipeline line; a bad
+// list-file scheme is one error, not three. Issue: the scheme error hid
+// weight and max_conns, pipeline pointed at the [[upstream]] header, and
+// a bad scheme added two line-less errors, one claiming the list empty.
+func TestCheckUpstreamEntryErrorsAtTheirKeys(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "l2.txt"), []byte("127.0.0.1:1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(dir, "b4.toml")
+	text := "[[upstream]]\nurl = \"ftp://127.0.0.1:21\"\nweight = -2\nmax_conns = -1\n\n" +
+		"[[upstream]]\nurl = \"http://127.0.0.1:1085\"\npipeline = true\n\n" +
+		"[[upstream_file]]\npath = \"l2.txt\"\nscheme = \"gopher\"\npipeline = true\n"
+	if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err := CheckConfig(p)
+	if err == nil {
+		t.Fatal("CheckConfig accepted the file")
+	}
+	got := strings.Split(strings.TrimSpace(err.Error()), "\n")
+	want := []string{p + ":2: ", p + ":3: ", p + ":4: ", p + ":8: ", p + ":12: ", p + ":13: "}
+	if len(got) != len(want) {
+		t.Fatalf("%d errors, want %d:\n%s", len(got), len(want), err)
+	}
+	for i, w := range want {
+		if !strings.HasPrefix(got[i], w) {
+			t.Errorf("error %d = %q, want it at %s", i, got[i], w)
+		}
+	}
+}

@@ -65,6 +65,11 @@ func (c *Config) listSpecs(specs *[]upstream.Spec) ([]ListCount, []ConfigError, 
 		seen[upstream.Identity(s.URL)] = true
 	}
 	for i, f := range c.UpstreamFiles {
+		switch f.Scheme {
+		case "", "http", "https", "socks5", "socks5h":
+		default:
+			continue // validate reports it at the scheme's line; the lines cannot be read without one
+		}
 		path := c.resolve(f.Path)
 		fh, err := os.Open(path)
 		if err != nil {

@@ -47,9 +47,10 @@ pipeline = true
 		t.Errorf("the http line of a pipelined list: %v", problems)
 	}
 
+	// At the pipeline key's line, like every other key's error.
 	for _, tc := range []struct{ text, want string }{
-		{"[[upstream]]\nurl = \"http://127.0.0.1:3128\"\npipeline = true\n", "bad.toml:1: upstream http://127.0.0.1:3128: pipeline = true applies to socks5 upstreams only"},
-		{"[[upstream_file]]\npath = \"x.txt\"\npipeline = true\n", "bad.toml:1: upstream_file: pipeline = true needs scheme = \"socks5\""},
+		{"[[upstream]]\nurl = \"http://127.0.0.1:3128\"\npipeline = true\n", "bad.toml:3: upstream http://127.0.0.1:3128: pipeline = true applies to socks5 upstreams only"},
+		{"[[upstream_file]]\npath = \"x.txt\"\npipeline = true\n", "bad.toml:3: upstream_file: pipeline = true needs scheme = \"socks5\""},
 	} {
 		if _, err := ParseConfig("bad.toml", []byte(tc.text)); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: %v; want %s", tc.text, err, tc.want)
