@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -255,6 +256,20 @@ func (p *Pool) NewAttempts(req Request) *Attempts {
 	}
 	a.key = canonicalTarget(req.Addr, host, port)
 	return a
+}
+
+// tagKey names the request's tag set for round-robin's cursors: the tags
+// sorted, without duplicates ("" for none).
+func (a *Attempts) tagKey() string {
+	switch len(a.req.Tags) {
+	case 0:
+		return ""
+	case 1:
+		return a.req.Tags[0]
+	}
+	t := slices.Clone(a.req.Tags)
+	slices.Sort(t)
+	return strings.Join(slices.Compact(t), "\x00")
 }
 
 // canonicalTarget returns addr as "host:port" with a lower-case host, the

@@ -7,6 +7,7 @@ import (
 	"math/bits"
 	"math/rand/v2"
 	"slices"
+	"sync"
 	"sync/atomic"
 
 	"github.com/rotor-proxy/rotor/health"
@@ -418,15 +419,55 @@ const (
 // refused one, as the fallback does, would hand the share of a run of
 // cooling endpoints to the one after it (2 of 5 in: 40/10 instead of
 // 25/25).
-type roundRobin struct{ cursor atomic.Uint64 }
+//
+// Requests with tags turn their own cursor, one per tag set: on one shared
+// cursor, clients asking for different tags alternately used up each
+// other's steps and locked into a fixed pattern (tag a always got the same
+// upstream of three). At most maxTagCursors tag sets get one (tags come
+// from clients); further ones share the untagged cursor.
+type roundRobin struct {
+	cursor  atomic.Uint64
+	byTags  sync.Map // tag key → *atomic.Uint64
+	tagSets atomic.Int64
+}
+
+// maxTagCursors bounds the round-robin cursors kept for tag sets.
+const maxTagCursors = 4096
+
+// tagKeyer is an admitter that names its request's tag set ("" for none).
+type tagKeyer interface{ tagKey() string }
+
+// cursorFor returns the cursor for a's tag set.
+func (r *roundRobin) cursorFor(a admitter) *atomic.Uint64 {
+	tk, ok := a.(tagKeyer)
+	if !ok {
+		return &r.cursor
+	}
+	key := tk.tagKey()
+	if key == "" {
+		return &r.cursor
+	}
+	if c, ok := r.byTags.Load(key); ok {
+		return c.(*atomic.Uint64)
+	}
+	if r.tagSets.Load() >= maxTagCursors {
+		return &r.cursor
+	}
+	c, loaded := r.byTags.LoadOrStore(key, new(atomic.Uint64))
+	if !loaded {
+		r.tagSets.Add(1)
+	}
+	return c.(*atomic.Uint64)
+}
 
 func (r *roundRobin) pick(s *set, a admitter) *Endpoint {
 	n := len(s.eps)
 	if n == 0 {
 		return nil
 	}
+	cursor := r.cursorFor(a)
 	for range randomDraws {
-		c := r.cursor.Add(1) - 1
+		c := cursor.Add(1) - 1
 		i := 0
 		switch in := s.ro.In(); {
 		case in >= n: // all in: the set's own order
@@ -442,7 +483,7 @@ func (r *roundRobin) pick(s *set, a admitter) *Endpoint {
 			return s.eps[i]
 		}
 	}
-	return walk(s, int(r.cursor.Load()%uint64(n)), a)
+	return walk(s, int(cursor.Load()%uint64(n)), a)
 }
 
 // randomPick draws uniformly among the endpoints in (math/rand/v2's

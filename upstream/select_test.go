@@ -679,3 +679,52 @@ func TestNoEligibleNamesHostBans(t *testing.T) {
 		t.Errorf("all disabled: %v", err)
 	}
 }
+
+// TestRoundRobinEvenWithMixedTags: clients asking for different tags each
+// get equal shares of their own upstreams. Issue: on one shared cursor,
+// tag-a and tag-b requests alternating locked into a pattern (tag a: the
+// same upstream 119 of 120 times, tag b: 120 of 120).
+func TestRoundRobinEvenWithMixedTags(t *testing.T) {
+	tags := [][]string{{"a"}, {"a", "b"}, {"b"}, {"a", "b"}}
+	sp := make([]Spec, len(tags))
+	for i := range sp {
+		sp[i] = spec(fmt.Sprintf("e%d", i), 10000+i)
+		sp[i].Tags = tags[i]
+	}
+	tp := newTestPool(t, PoolConfig{Strategy: "round-robin", WaitForUpstream: time.Millisecond}, nil, sp...)
+	got := map[string]map[string]int{"a": {}, "b": {}, "": {}}
+	for i := range 1200 {
+		tag := []string{"a", "b", ""}[i%3]
+		var req Request
+		if tag != "" {
+			req.Tags = []string{tag}
+		}
+		req.Addr = "example.com:443"
+		got[tag][tp.use(t, req)]++
+	}
+	want := map[string][]string{"a": {"e0", "e1", "e3"}, "b": {"e1", "e2", "e3"}, "": {"e0", "e1", "e2", "e3"}}
+	for tag, names := range want {
+		for _, n := range names {
+			if share := 400 / len(names); !within(got[tag][n], share, 0.05) {
+				t.Errorf("tag %q: picks %v, want %v about %d each", tag, got[tag], names, share)
+				break
+			}
+		}
+	}
+}
+
+// TestRoundRobinTagCursorsBounded: tags come from clients; the cursors
+// kept for tag sets stop at maxTagCursors.
+func TestRoundRobinTagCursorsBounded(t *testing.T) {
+	var r roundRobin
+	tp := newTestPool(t, PoolConfig{WaitForUpstream: time.Millisecond}, nil, spec("e0", 10000))
+	for i := range maxTagCursors + 100 {
+		r.cursorFor(tp.NewAttempts(Request{Addr: "example.com:443", Tags: []string{fmt.Sprint("t", i)}}))
+	}
+	if n := r.tagSets.Load(); n != maxTagCursors {
+		t.Errorf("%d tag cursors, want at most %d", n, maxTagCursors)
+	}
+	if c := r.cursorFor(tp.NewAttempts(Request{Addr: "example.com:443", Tags: []string{"new"}})); c != &r.cursor {
+		t.Error("a tag set past the bound did not share the untagged cursor")
+	}
+}
