@@ -155,10 +155,14 @@ func TestFailedTargetWait(t *testing.T) {
 				}
 				l.Conn.Close()
 				l.Done()
-				// The next pick is "other": keep it for later.
-				l, err = p.Dial(context.Background(), Request{Addr: target.Addr(), Tags: []string{"y"}})
+				// The next pick of tag x is "other": take it, so that the
+				// one after is "http" again (each tag set has its turn).
+				l, err = p.Dial(context.Background(), Request{Addr: target.Addr(), Tags: []string{"x"}})
 				if err != nil {
 					t.Fatal(err)
+				}
+				if l.Endpoint.Name != "other" {
+					t.Fatalf("second pick served by %s", l.Endpoint.Name)
 				}
 				l.Conn.Close()
 				l.Done()
