@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -195,15 +194,7 @@ func TestReloadErrorsLoggedOneEach(t *testing.T) {
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(t.Context())
-	hup := make(chan os.Signal, 1)
-	watching := make(chan struct{})
-	go func() { defer close(watching); srv.Watch(ctx, hup) }()
-	t.Cleanup(func() {
-		cancel()
-		<-watching
-		_ = srv.Shutdown(context.Background())
-	})
+	hup := watch(t, srv)
 	if err := os.WriteFile(path, []byte(head+"[probe]\nexpect_status = [700]\ntimeout = \"-1s\"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -196,4 +197,20 @@ func socksConnect(t *testing.T, front, addr string) byte {
 		t.Fatalf("connect reply: %v", err)
 	}
 	return buf[1]
+}
+
+// watch runs srv.Watch until the test ends (then shuts srv down) and
+// returns the channel its SIGHUPs arrive on.
+func watch(t *testing.T, srv *Server) chan<- os.Signal {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	hup := make(chan os.Signal, 1)
+	watching := make(chan struct{})
+	go func() { defer close(watching); srv.Watch(ctx, hup) }() // owner: the test; ends at its cleanup
+	t.Cleanup(func() {
+		cancel()
+		<-watching
+		_ = srv.Shutdown(context.Background())
+	})
+	return hup
 }

@@ -63,15 +63,7 @@ func TestReloadKeepsStateOfUnchangedUpstreams(t *testing.T) {
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	hup := make(chan os.Signal, 1)
-	watching := make(chan struct{})
-	go func() { defer close(watching); srv.Watch(ctx, hup) }()
-	t.Cleanup(func() {
-		cancel()
-		<-watching
-		_ = srv.Shutdown(context.Background())
-	})
+	hup := watch(t, srv)
 	waitState(t, srv, "a", health.Eligible)
 	waitState(t, srv, "b", health.Cooling)
 	before := srv.Tracker().Snapshot(srv.Pool().Lookup("a").Record())

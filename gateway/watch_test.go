@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -87,15 +86,7 @@ func TestWatchConfigMapSwap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	hup := make(chan os.Signal, 1)
-	watching := make(chan struct{})
-	go func() { defer close(watching); srv.Watch(ctx, hup) }()
-	t.Cleanup(func() {
-		cancel()
-		<-watching
-		_ = srv.Shutdown(context.Background())
-	})
+	hup := watch(t, srv)
 	// Watch handles SIGHUP once it watches the files: a change made
 	// before then would be the start-up's, not a swap's.
 	hup <- os.Interrupt
@@ -197,15 +188,7 @@ func TestWatchSIGHUPOnDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	hup := make(chan os.Signal, 1)
-	watching := make(chan struct{})
-	go func() { defer close(watching); srv.Watch(ctx, hup) }()
-	t.Cleanup(func() {
-		cancel()
-		<-watching
-		_ = srv.Shutdown(context.Background())
-	})
+	hup := watch(t, srv)
 	hup <- os.Interrupt
 	eventuallyTrue(t, "the SIGHUP answered", func() bool {
 		return strings.Contains(logs.String(), `"level":"info","reason":"SIGHUP","message":"nothing to reload: running on built-in defaults (no config file)"`)
