@@ -9,6 +9,8 @@
 package gateway
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -41,6 +43,10 @@ type Config struct {
 	// AllowPrivateDestinations lets the direct upstream reach loopback,
 	// private, link-local and metadata addresses. Default false.
 	AllowPrivateDestinations bool `toml:"allow_private_destinations"`
+	// UpstreamCAFile is a PEM file of CA certificates trusted for https://
+	// upstream proxies besides the system's (a squid https_port with a
+	// private CA). Read at start.
+	UpstreamCAFile string `toml:"upstream_ca_file"`
 
 	Listen          ListenConfig          `toml:"listen"`
 	Clients         []ClientConfig        `toml:"client"`
@@ -192,6 +198,27 @@ func Defaults() *Config {
 	c.AllowPrivateDestinations = true
 	c.fill(nil)
 	return c
+}
+
+// upstreamTLS is the client TLS config for https:// upstreams: nil (the
+// system's CAs) without upstream_ca_file, else the system's CAs and the
+// file's (a path relative to the config file's directory).
+func (c *Config) upstreamTLS() (*tls.Config, error) {
+	if c.UpstreamCAFile == "" {
+		return nil, nil
+	}
+	pem, err := os.ReadFile(c.resolve(c.UpstreamCAFile))
+	if err != nil {
+		return nil, err
+	}
+	pool, err := x509.SystemCertPool()
+	if err != nil {
+		pool = x509.NewCertPool()
+	}
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%s holds no PEM certificate", c.UpstreamCAFile)
+	}
+	return &tls.Config{RootCAs: pool}, nil
 }
 
 // Warnings lists what is valid but will not work as the operator likely
@@ -376,6 +403,11 @@ func (c *Config) validate() ConfigErrors {
 		errs = append(errs, ConfigError{File: c.path, Line: line, Msg: fmt.Sprintf(format, a...)})
 	}
 	errs = append(errs, c.listenErrors()...)
+	if c.UpstreamCAFile != "" {
+		if _, err := c.upstreamTLS(); err != nil {
+			add(c.lines.key(toml.Key{"upstream_ca_file"}), "upstream_ca_file: %v", err)
+		}
+	}
 	if c.Listen.SOCKS5 == "" && c.Listen.HTTP == "" {
 		add(c.lines.table("listen"), "listen: no front listener (socks5 or http) configured")
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -235,5 +237,64 @@ func TestClientAuthOnBothFronts(t *testing.T) {
 		if err != nil || resp.StatusCode != 200 {
 			t.Errorf("tunnel=%v with credentials: %v %v", tunnel, resp, err)
 		}
+	}
+}
+
+// TestUpstreamCAFile: an https:// upstream whose certificate a private CA
+// signed is trusted through upstream_ca_file (it could only be through
+// SSL_CERT_FILE for the whole process); without it the TLS failure is the
+// upstream's (upstream_error at proxy_handshake), and a file that holds no
+// certificate is a config error at its line.
+func TestUpstreamCAFile(t *testing.T) {
+	target := upstreamtest.NewTarget(t)
+	up := upstreamtest.NewHTTPProxy(t, upstreamtest.Options{TLS: true})
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "ca.pem"), up.CertPEM(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "bad.pem"), []byte("not a certificate\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	conf := func(ca string) string {
+		return fmt.Sprintf("upstream_ca_file = %q\n%s\n[pool]\nstart_eligible = true\n[[upstream]]\nurl = %q\nname = \"tls\"\n[listen]\nsocks5 = \"127.0.0.1:0\"\nhttp = \"127.0.0.1:0\"\nadmin = \"\"\n",
+			ca, probeConf(target), up.URL().String())
+	}
+	start := func(text string) *Server {
+		t.Helper()
+		p := filepath.Join(dir, "rotor.toml")
+		if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := LoadConfig(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv, err := New(cfg, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := srv.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
+		return srv
+	}
+	srv := start(conf("ca.pem")) // relative to the config file
+	resp, err := socksGet(t, srv.Addr("socks5"), "", "", target.URL("/ok"))
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("through the https upstream with its CA: %v %v", statusOf(resp), err)
+	}
+
+	srv = start(strings.Replace(conf(""), "upstream_ca_file = \"\"\n", "", 1))
+	if resp, err := httpGet(t, srv.Addr("http"), "", "", target.URL("/ok"), true); err == nil && resp.StatusCode == http.StatusOK {
+		t.Fatal("an https upstream with an unknown CA was trusted")
+	}
+	if s := snapOf(t, srv, "tls"); s.State != health.Cooling || s.Reason != health.UpstreamError || s.Stage != health.StageProxyHandshake {
+		t.Errorf("unknown CA: %v %v/%v, want cooling upstream_error/proxy_handshake", s.State, s.Reason, s.Stage)
+	}
+
+	_, err = ParseConfig(filepath.Join(dir, "x.toml"), []byte(conf(filepath.Join(dir, "bad.pem"))))
+	if err == nil || !strings.Contains(err.Error(), "x.toml:1: upstream_ca_file:") || !strings.Contains(err.Error(), "no PEM certificate") {
+		t.Errorf("a CA file with no certificate: %v", err)
 	}
 }

@@ -107,7 +107,15 @@ func New(cfg *Config, opt Options) (*Server, error) {
 		}
 		return nil, err
 	}
-	dial := upstream.DialConfig{AllowPrivate: cfg.AllowPrivateDestinations, TLS: opt.UpstreamTLS, KeepAlive: dialKeepAlive,
+	upTLS := opt.UpstreamTLS
+	if upTLS == nil {
+		t, err := cfg.upstreamTLS() // checked by validate; the file may have gone since
+		if err != nil {
+			return fail(fmt.Errorf("upstream_ca_file: %w", err))
+		}
+		upTLS = t
+	}
+	dial := upstream.DialConfig{AllowPrivate: cfg.AllowPrivateDestinations, TLS: upTLS, KeepAlive: dialKeepAlive,
 		Forbid: s.forbidSelf}
 	pool, err := upstream.NewPool(cfg.Pool, dial, s.tr, clock, opt.Log)
 	if err != nil {
@@ -402,6 +410,9 @@ func (s *Server) Reload(cfg *Config) error {
 	}
 	if old.Listen.MaxConnections != cfg.Listen.MaxConnections || old.Listen.MaxConnectionsPerIP != cfg.Listen.MaxConnectionsPerIP {
 		s.log.Warn().Msg("reload: listen.max_connections / max_connections_per_ip changed; they take effect after a restart")
+	}
+	if old.UpstreamCAFile != cfg.UpstreamCAFile {
+		s.log.Warn().Msg("reload: upstream_ca_file changed; it takes effect after a restart")
 	}
 	if old.StateFile != cfg.StateFile {
 		// The writer keeps the path it restored from: switching files under

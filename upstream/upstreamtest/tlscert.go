@@ -7,6 +7,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/pem"
 	"math/big"
 	"net"
 	"testing"
@@ -54,4 +55,13 @@ func (s *Server) ClientTLS() *tls.Config {
 	pool := x509.NewCertPool()
 	pool.AddCert(s.serverTLS.Certificates[0].Leaf)
 	return &tls.Config{RootCAs: pool}
+}
+
+// CertPEM returns this fake's certificate (its own CA) PEM-encoded, for a
+// CA file (nil when the fake is not TLS).
+func (s *Server) CertPEM() []byte {
+	if s.serverTLS == nil {
+		return nil
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: s.serverTLS.Certificates[0].Leaf.Raw})
 }
