@@ -11,8 +11,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-
-	"github.com/rs/zerolog"
 )
 
 // numbered returns lines joined as a file, and the 1-based line number of
@@ -182,19 +180,7 @@ func TestReloadErrorsLoggedOneEach(t *testing.T) {
 	if err := os.WriteFile(path, []byte(head), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := LoadConfig(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	logs := &logBuffer{}
-	srv, err := New(cfg, Options{Log: zerolog.New(logs)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	hup := watch(t, srv)
+	_, logs, hup := watchedFile(t, path, true)
 	if err := os.WriteFile(path, []byte(head+"[probe]\nexpect_status = [700]\ntimeout = \"-1s\"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -214,3 +214,25 @@ func watch(t *testing.T, srv *Server) chan<- os.Signal {
 	})
 	return hup
 }
+
+// watchedFile loads the config file at path, builds a Server logging into
+// the returned buffer, starts it when start is set, and runs its Watch
+// until the test ends (see watch).
+func watchedFile(t *testing.T, path string, start bool) (*Server, *logBuffer, chan<- os.Signal) {
+	t.Helper()
+	cfg, err := LoadConfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &logBuffer{}
+	srv, err := New(cfg, Options{Log: zerolog.New(logs)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if start {
+		if err := srv.Start(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return srv, logs, watch(t, srv)
+}

@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/rotor-proxy/rotor/health"
 	"github.com/rotor-proxy/rotor/upstream/upstreamtest"
 )
@@ -51,19 +49,7 @@ func TestReloadKeepsStateOfUnchangedUpstreams(t *testing.T) {
 	write(listFile, "# seller list\n")
 	write(path, head+fmt.Sprintf("[[upstream]]\nurl = %q\nname = \"a\"\n[[upstream]]\nurl = \"socks5://%s\"\nname = \"b\"\n[[upstream_file]]\npath = \"proxies.txt\"\nscheme = \"socks5\"\n", a.URL().String(), dead))
 
-	cfg, err := LoadConfig(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	logs := &logBuffer{}
-	srv, err := New(cfg, Options{Log: zerolog.New(logs)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	hup := watch(t, srv)
+	srv, logs, hup := watchedFile(t, path, true)
 	waitState(t, srv, "a", health.Eligible)
 	waitState(t, srv, "b", health.Cooling)
 	before := srv.Tracker().Snapshot(srv.Pool().Lookup("a").Record())

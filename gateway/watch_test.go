@@ -77,16 +77,7 @@ func TestWatchConfigMapSwap(t *testing.T) {
 	etc := newConfigMap(t, filepath.Join(root, "etc"), conf("a"))
 	lists := newConfigMap(t, filepath.Join(root, "lists"), map[string]string{"proxies.txt": "# none yet\n"})
 
-	cfg, err := LoadConfig(filepath.Join(etc.dir, "rotor.toml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	logs := &logBuffer{}
-	srv, err := New(cfg, Options{Log: zerolog.New(logs)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	hup := watch(t, srv)
+	srv, logs, hup := watchedFile(t, filepath.Join(etc.dir, "rotor.toml"), false)
 	// Watch handles SIGHUP once it watches the files: a change made
 	// before then would be the start-up's, not a swap's.
 	hup <- os.Interrupt
