@@ -158,7 +158,7 @@ func (w *watchdog) check() {
 	// client's last send, not the upstream's, keeps a long upload from
 	// counting as a stall.)
 	sent := waitingSince(cs, us)
-	stalled := w.stall > 0 && us.rxBytes != w.baseU && sent < uAgo && sent >= w.stall
+	stalled := w.stall > 0 && us.rxBytes != w.baseU && sent+stampSlack < uAgo && sent >= w.stall
 	idle := (w.idle > 0 && cAgo >= w.idle && uAgo >= w.idle) || (w.clientDone && uAgo >= halfCloseLinger()) ||
 		(w.upDone && cAgo >= halfCloseLinger())
 	if idle {
@@ -215,6 +215,14 @@ func waitingSince(client, up tcpStats) time.Duration {
 	}
 	return ago
 }
+
+// stampSlack is how much more recent the client's last send must look than
+// the upstream side's last arrival before the client counts as waiting.
+// The kernel stamps both in jiffies (10 ms at HZ=100), and the two sockets
+// are read one after the other, so a tick falling between the reads makes
+// a request and its answer from the same jiffy look one jiffy apart, the
+// request later: an idle keep-alive would be reported as a stall.
+const stampSlack = 10 * time.Millisecond
 
 // counterOf finds the TCP socket under c (through TLS and rotor's own
 // buffered wrappers).
