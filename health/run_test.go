@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"runtime"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -320,4 +321,67 @@ func TestRunWakesTargetWaiters(t *testing.T) {
 			t.Errorf("waiter admitted after %v, want exactly the 1m cooldown", got)
 		}
 	})
+}
+
+// TestObserverSeesTransitionsInOrder races traffic failures against an
+// operator's disables and enables (and the probes they start): the log,
+// the observer and the fleet must see each record's transitions in the
+// order they were made, each starting where the previous one ended, so
+// that the last one delivered is the state the record is in.
+func TestObserverSeesTransitionsInOrder(t *testing.T) {
+	cfg := syncCfg()
+	cfg.StartEligible = true
+	// A log writer that takes its time widens the gap between a change
+	// and its delivery, as a busy stderr does.
+	slow := zerolog.New(writerFunc(func(p []byte) (int, error) { time.Sleep(20 * time.Microsecond); return len(p), nil }))
+	tr := NewTracker(cfg, nil, slow)
+	obs := &recordObserver{}
+	tr.SetObserver(obs)
+	r := tr.Add("k", "up", &pipeUpstream{}, false)
+	startRun(t, tr)
+	var wg sync.WaitGroup
+	wg.Add(2)
+	stop := make(chan struct{})
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			tr.Fail(r, &Failure{Class: Refused, Stage: StageDial})
+			runtime.Gosched()
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		defer close(stop)
+		for range 60 {
+			// Disable while it serves (or just cooled), then let a
+			// probe bring it back.
+			tr.Disable(r, "test")
+			tr.Enable(r)
+			for i := 0; i < 10000 && tr.Snapshot(r).State == ProbeAllowed; i++ {
+				runtime.Gosched()
+			}
+		}
+	}()
+	wg.Wait()
+	tr.Disable(r, "test") // ends any probe's effect: the last word
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	prev := Eligible
+	for i, x := range obs.trs {
+		if x.Target != "" {
+			continue
+		}
+		if x.From != prev {
+			t.Fatalf("transition %d of %d: %v → %v after one that ended in %v", i, len(obs.trs), x.From, x.To, prev)
+		}
+		prev = x.To
+	}
+	if st := tr.Snapshot(r).State; prev != st || len(obs.trs) < 100 {
+		t.Errorf("%d transitions observed, the last ends in %v; the record is %v", len(obs.trs), prev, st)
+	}
 }

@@ -132,7 +132,7 @@ type change struct {
 
 // effects collects what a mutator must do once it has unlocked.
 type effects struct {
-	changes []change
+	changes int    // transitions posted to the tracker's outbox (see post)
 	items   []item // prober deadlines to schedule
 	wake    bool   // broadcast Changed
 	// remote marks changes applied from the fleet (ApplyRemote): they are
@@ -160,7 +160,7 @@ func (t *Tracker) setState(r *Record, now time.Time, to State, reason Class, sta
 	if !e.remote && t.fleet.Load() != nil {
 		c.shared = sharedState(r, tr)
 	}
-	e.changes = append(e.changes, c)
+	t.post(c, e)
 	if to == Eligible {
 		e.wake = true
 	}
@@ -192,17 +192,44 @@ func (t *Tracker) apply(e *effects) {
 		t.sched.push(e.items...)
 		t.kickProber()
 	}
-	if len(e.changes) > 0 {
-		t.version.Add(uint64(len(e.changes)))
+	if e.changes > 0 {
+		t.version.Add(uint64(e.changes))
 	}
 	if e.wake {
 		t.broadcast()
 	}
+	if e.changes > 0 {
+		t.flush()
+	}
+}
+
+// post queues c for logging, the observer and the fleet, in the order the
+// transitions were made. Caller holds the record's lock, so two changes of
+// one record are posted in the order they happened; delivering them from
+// each mutator's own list after the unlock could swap them (an operator's
+// disable overtaken by the cooling it raced with, and the fleet, which
+// keeps the last state published per record, left holding the cooling).
+func (t *Tracker) post(c change, e *effects) {
+	t.outMu.Lock()
+	t.outbox = append(t.outbox, c)
+	t.outMu.Unlock()
+	e.changes++
+}
+
+// flush delivers the posted changes, oldest first, one delivery at a time.
+// Called with no record lock held.
+func (t *Tracker) flush() {
+	t.flushMu.Lock()
+	defer t.flushMu.Unlock()
+	t.outMu.Lock()
+	batch := t.outbox
+	t.outbox = nil
+	t.outMu.Unlock()
 	var obs Observer
 	if p := t.observer.Load(); p != nil {
 		obs = *p
 	}
-	for _, c := range e.changes {
+	for _, c := range batch {
 		t.logChange(c)
 		if obs != nil {
 			obs.Transition(c.name, c.tr)

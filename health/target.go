@@ -87,7 +87,7 @@ func (t *Tracker) coolTarget(s *settings, r *Record, now time.Time, class Class,
 	st := State(r.state.Load())
 	tr := Transition{At: wall(now), From: st, To: st, Reason: class, Stage: stage, Detail: detail, Target: host}
 	r.hist.add(tr)
-	e.changes = append(e.changes, change{name: r.name, tr: tr, until: tc.until, err: err})
+	t.post(change{name: r.name, tr: tr, until: tc.until, err: err}, e)
 	e.items = append(e.items, item{at: tc.deadline, rec: r, kind: kindTarget})
 }
 

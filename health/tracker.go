@@ -54,6 +54,13 @@ type Tracker struct {
 	version atomic.Uint64
 	running atomic.Bool
 
+	// outbox holds transitions made but not yet logged, observed and
+	// published (see post); outMu guards it and is taken under record
+	// locks, flushMu keeps deliveries in order.
+	outMu   sync.Mutex
+	outbox  []change
+	flushMu sync.Mutex
+
 	// changed is closed and replaced on every transition that may let a
 	// waiting client proceed; chMu serialises the replacement.
 	changed atomic.Pointer[chan struct{}]
