@@ -23,6 +23,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -274,7 +275,12 @@ func (s *Server) serveReport(w http.ResponseWriter, r *http.Request, e *upstream
 	if d := cleanText(body.Detail, 200); d != "" {
 		detail += ": " + d
 	}
-	f := &health.Failure{Class: class, Stage: stage, Target: targetHost(body.Target), Err: errors.New(detail)}
+	host, ok := targetHost(body.Target)
+	if !ok {
+		writeError(w, http.StatusBadRequest, "invalid target "+quoteName(body.Target)+": want a host name or IP address, host:port, or a URL")
+		return
+	}
+	f := &health.Failure{Class: class, Stage: stage, Target: host, Err: errors.New(detail)}
 	s.pool.Report(e, f)
 	s.log.Info().Str("upstream", e.Name).Str("client", r.RemoteAddr).Str("class", class.String()).
 		Str("stage", stage.String()).Str("target", f.Target).Msg("admin: failure reported")
@@ -309,14 +315,32 @@ func reportStage(c health.Class) health.Stage {
 	}
 }
 
-// targetHost reduces a reported target to a lower-case host without port,
-// the key of per-target cooldowns.
-func targetHost(t string) string {
+// targetHost reduces a reported target (a host, host:port, [v6]:port or
+// a URL pasted from a scraper's log) to a lower-case host without port,
+// the key of per-target cooldowns; "" when none is given. ok is false for
+// anything else: a cooldown for a host no request can name would do
+// nothing, silently.
+func targetHost(t string) (string, bool) {
 	t = strings.TrimSpace(t)
-	if h, _, err := net.SplitHostPort(t); err == nil {
-		t = h
+	if t == "" {
+		return "", true
 	}
-	return strings.ToLower(strings.Trim(cleanText(t, 253), "[]"))
+	if strings.Contains(t, "://") {
+		u, err := url.Parse(t)
+		if err != nil || u.Host == "" {
+			return "", false
+		}
+		t = u.Hostname()
+	} else if h, _, err := net.SplitHostPort(t); err == nil {
+		t = h
+	} else if strings.HasPrefix(t, "[") && strings.HasSuffix(t, "]") {
+		t = t[1 : len(t)-1]
+	}
+	t = strings.ToLower(t)
+	if !validTargetHost(t) {
+		return "", false
+	}
+	return t, true
 }
 
 // cleanText drops control characters and bounds s to n bytes, so a

@@ -442,6 +442,17 @@ func (c *Config) validate() ConfigErrors {
 		if strings.ContainsAny(cl.Username, ":") {
 			add(line, "client %q: username must not contain ':'", cl.Username)
 		}
+		if p := parseUser(cl.Username); cl.Username != "" && p.User != cl.Username {
+			// The fronts read these as username parameters and check
+			// only what is before them: this client could never log in.
+			add(line, "client %q: a username cannot contain \"-session-<id>\" or \"-tag-<tag>\" (rotor reads them as username parameters; this user could never log in)", cl.Username)
+		}
+		if c.Listen.SOCKS5 != "" && len(cl.Username) > 255 {
+			add(line, "client: username is %d bytes; SOCKS5 (RFC 1929) carries at most 255", len(cl.Username))
+		}
+		if c.Listen.SOCKS5 != "" && len(cl.Password) > 255 {
+			add(c.elemKey("client", i, "password"), "client %q: password is %d bytes; SOCKS5 (RFC 1929) carries at most 255", cl.Username, len(cl.Password))
+		}
 		if cl.Password == "" {
 			if cl.PasswordEnv != "" {
 				add(c.elemKey("client", i, "password_env"), "client %q: environment variable %s is empty or unset", cl.Username, cl.PasswordEnv)

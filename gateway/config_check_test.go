@@ -507,3 +507,38 @@ func TestCheckUpstreamEntryErrorsAtTheirKeys(t *testing.T) {
 		}
 	}
 }
+
+// TestConfigClientNamesThatCannotLogIn: a [[client]] username the fronts
+// would read as carrying parameters, or credentials SOCKS5 cannot carry,
+// are refused by -check instead of failing every login.
+func TestConfigClientNamesThatCannotLogIn(t *testing.T) {
+	long := strings.Repeat("u", 256)
+	tests := []struct {
+		name, client, want string
+		line               int
+	}{
+		{"session parameter", "username = \"ops-session-1\"\npassword = \"pw3\"", "client \"ops-session-1\": a username cannot contain \"-session-<id>\"", 2},
+		{"tag parameter", "password = \"pw3\"\nusername = \"team-tag-us\"", "client \"team-tag-us\": a username cannot contain", 3},
+		{"username over 255 bytes", "username = \"" + long + "\"\npassword = \"pw\"", "client: username is 256 bytes; SOCKS5 (RFC 1929) carries at most 255", 2},
+		{"password over 255 bytes", "username = \"u\"\npassword = \"" + long + "\"", "client \"u\": password is 256 bytes", 3},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			text := "[[client]]\n" + tt.client + "\n[[upstream]]\nurl = \"direct://\"\n"
+			_, err := ParseConfig("c.toml", []byte(text))
+			want := fmt.Sprintf("c.toml:%d: ", tt.line)
+			if err == nil || !strings.HasPrefix(err.Error(), want) || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("ParseConfig: %v\nwant %s…%s…", err, want, tt.want)
+			}
+			if err != nil && strings.Contains(err.Error(), long[:40]) && strings.Contains(tt.client, "password = \""+long) {
+				t.Error("the password is in the error")
+			}
+		})
+	}
+	// Names that only look alike log in and pass.
+	for _, u := range []string{"ops-1", "session", "tag", "my-tagger", "a-session"} {
+		if _, err := ParseConfig("c.toml", []byte("[[client]]\nusername = \""+u+"\"\npassword = \"pw\"\n[[upstream]]\nurl = \"direct://\"\n")); err != nil {
+			t.Errorf("username %q: %v", u, err)
+		}
+	}
+}
