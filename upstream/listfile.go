@@ -43,6 +43,7 @@ var listSchemes = map[string]bool{"socks5": true, "socks5h": true, "http": true,
 //	scheme://host:port
 //	host:port
 //	host:port:user:pass     (the password may contain ':')
+//	user:pass:host:port     (likewise; a line that reads as host:port:user:pass is read so)
 //	user:pass@host:port     (split at the last '@')
 //
 // IPv6 hosts are bracketed ("[::1]:1080"). Lines starting with '#' and blank
@@ -168,7 +169,13 @@ func parseListLine(s, defaultScheme string) (*url.URL, error) {
 	case cutErr != nil:
 		return nil, cutErr
 	default:
-		return nil, fmt.Errorf("invalid port %q", port)
+		// user:pass:host:port, read from the right. The text after the
+		// first ':' is no port, and may be a password: never quoted.
+		var ok bool
+		if user, pass, hostport, ok = cutUserPassHostPort(s); !ok {
+			return nil, errors.New("invalid port: want host:port, host:port:user:pass, user:pass:host:port or user:pass@host:port")
+		}
+		hasUser = true
 	}
 	host, port, err := splitListHostPort(hostport)
 	if err != nil {
@@ -182,6 +189,37 @@ func parseListLine(s, defaultScheme string) (*url.URL, error) {
 		u.User = url.UserPassword(user, pass)
 	}
 	return u, nil
+}
+
+// cutUserPassHostPort splits "user:pass:host:port" (some sellers' order;
+// the password may contain ':') from the right: the port, then the host
+// (bracketed when IPv6), then user and password at the first ':'. A line
+// whose second field is a port was already read as host:port:user:pass.
+func cutUserPassHostPort(s string) (user, pass, hostport string, ok bool) {
+	i := strings.LastIndexByte(s, ':')
+	if i < 0 || !isDigits(s[i+1:]) {
+		return "", "", "", false
+	}
+	port, rest := s[i+1:], s[:i]
+	var host, creds string
+	if strings.HasSuffix(rest, "]") {
+		j := strings.LastIndexByte(rest, '[')
+		if j < 1 || rest[j-1] != ':' {
+			return "", "", "", false
+		}
+		host, creds = rest[j+1:len(rest)-1], rest[:j-1]
+	} else {
+		j := strings.LastIndexByte(rest, ':')
+		if j < 0 {
+			return "", "", "", false
+		}
+		host, creds = rest[j+1:], rest[:j]
+	}
+	user, pass, ok = strings.Cut(creds, ":")
+	if !ok || host == "" {
+		return "", "", "", false
+	}
+	return user, pass, net.JoinHostPort(host, port), true
 }
 
 // dropQuoted removes the double-quoted parts of s (and the space before

@@ -25,6 +25,8 @@ func TestParseList(t *testing.T) {
 		"10.0.0.6:8080:user:",                        // 14 empty password
 		"socks5://10.0.0.7:1080:gina:pw7",            // 15 scheme + host:port:user:pass
 		"SOCKS5://[2001:db8::3]:1080:hank:pw:8",      // 16 the same, IPv6, ':' in the password
+		"ivan:pw:9:10.0.0.8:8080",                    // 17 user:pass:host:port, ':' in the password
+		"judy:pw10:[2001:db8::4]:3128",               // 18 the same, IPv6
 	}, "\n")
 	want := []struct {
 		line int
@@ -43,6 +45,8 @@ func TestParseList(t *testing.T) {
 		{14, "http://user:@10.0.0.6:8080"},
 		{15, "socks5://gina:pw7@10.0.0.7:1080"},
 		{16, "socks5://hank:pw%3A8@[2001:db8::3]:1080"},
+		{17, "http://ivan:pw%3A9@10.0.0.8:8080"},
+		{18, "http://judy:pw10@[2001:db8::4]:3128"},
 	}
 	got, errs := ParseList(strings.NewReader(in), "http")
 	if len(errs) != 0 {
@@ -70,6 +74,10 @@ func TestParseListErrors(t *testing.T) {
 		{"10.0.0.1", "missing port"},
 		{"10.0.0.1:", "invalid port"},
 		{"10.0.0.1:abc", "invalid port"},
+		{"user:" + pw + ":1080", "invalid port"},     // user:pass:port, no host: the password is not echoed
+		{"10.0.0.1:" + pw, "invalid port"},           // host:pass
+		{"user:" + pw + ":10.0.0.1", "invalid port"}, // no port
+		{"user:" + pw + ":10.0.0.1:bad", "invalid port"},
 		{"10.0.0.1:70000", "invalid port"},
 		{"10.0.0.1:0", "invalid port"},
 		{"10.0.0.1:8080:useronly", "only a user"},
