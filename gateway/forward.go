@@ -662,6 +662,12 @@ func (s *Server) transport(e *upstream.Endpoint, cfg *Config) http.RoundTripper 
 		MaxResponseHeaderBytes: fwdMaxResponseHead,
 		ResponseHeaderTimeout:  cfg.SlowBody.FirstByte,
 		DialContext:            e.DialContext,
+		// max_conns counts every open connection to the upstream: the
+		// Transport's idle ones would be uncounted, and its pool cannot
+		// be bounded per endpoint, so it keeps none (the lean client,
+		// which serves the replayable requests, keeps them within the
+		// limit).
+		DisableKeepAlives: e.MaxConns > 0,
 	}
 	if cfg.SlowBody.FirstByte < 0 {
 		t.ResponseHeaderTimeout = 0
@@ -679,8 +685,42 @@ func (s *Server) transport(e *upstream.Endpoint, cfg *Config) http.RoundTripper 
 			return c, nil
 		}
 	}
+	if e.MaxConns > 0 {
+		dial := t.DialContext
+		t.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			s.connRoom(e)
+			return dial(ctx, network, addr)
+		}
+	}
 	actual, _ := s.transports.LoadOrStore(key, t)
 	return actual.(http.RoundTripper)
+}
+
+// idleRoom is how many idle forward connections to e may stay open when
+// one more connection to it opens, for an e with max_conns: the provider
+// counts every open connection, and the pool's limit counts only those
+// in use (e.Active: tunnels and forwarded requests in flight, the one
+// about to dial included, each holding at most one connection). It uses
+// this instance's share of the limit in fleet mode, ceil(max_conns/N) and
+// at least 1, as the pool does (upstream connShare).
+func (s *Server) idleRoom(e *upstream.Endpoint) int {
+	limit := int64(e.MaxConns)
+	if n := int64(s.pool.Instances()); n > 1 {
+		limit = max((limit+n-1)/n, 1)
+	}
+	return int(limit - e.Active())
+}
+
+// connRoom makes room for a new connection to e when e has a max_conns:
+// it closes idle connections of e's lean client, the longest idle first,
+// so that open connections (in use and idle) stay within the limit.
+func (s *Server) connRoom(e *upstream.Endpoint) {
+	if e.MaxConns <= 0 {
+		return
+	}
+	if c, ok := s.transports.Load(fwdKey{transportKey(e)}); ok {
+		c.(*fwdClient).trimIdle(s.idleRoom(e))
+	}
 }
 
 // fwdKey is the s.transports key of an endpoint's fwdClient.
@@ -695,6 +735,9 @@ func (s *Server) fwdClient(e *upstream.Endpoint) *fwdClient {
 		return c.(*fwdClient)
 	}
 	c := newFwdClient(e)
+	if e.MaxConns > 0 {
+		c.room = func() { c.trimIdle(s.idleRoom(e)) }
+	}
 	actual, loaded := s.transports.LoadOrStore(key, c)
 	if !loaded {
 		context.AfterFunc(s.ctx, c.close)
