@@ -590,7 +590,9 @@ func (s *Server) writeResponse(w http.ResponseWriter, resp *http.Response, e *up
 	defer resp.Body.Close()
 	h := w.Header()
 	for k, v := range resp.Header {
-		h[k] = v
+		if !rotorHeader(k) {
+			h[k] = v
+		}
 	}
 	removeHop(h)
 	h.Set("X-Rotor-Upstream", e.Name)
@@ -644,6 +646,16 @@ func (s *Server) writeResponse(w http.ResponseWriter, resp *http.Response, e *up
 			return total, cut.Load(), rerr
 		}
 	}
+}
+
+// rotorHeader reports whether field name k is in rotor's X-Rotor-
+// namespace (any case: a name net/http did not canonicalise stays as
+// sent). Such fields in a target's or an upstream's answer are not
+// relayed: a site must not make a scraper believe rotor failed
+// (X-Rotor-Error) or name the upstream that served it (X-Rotor-Upstream).
+func rotorHeader(k string) bool {
+	const prefix = "X-Rotor-"
+	return len(k) >= len(prefix) && strings.EqualFold(k[:len(prefix)], prefix)
 }
 
 // transport returns the pooled HTTP transport of e. http:// upstreams get
