@@ -373,10 +373,14 @@ func forwardAddr(u *url.URL) string {
 // relay writes resp to the client through writeResponse. When the body
 // ends before its end (the upstream's error, or silent for stall, which
 // is reported as slow_body) the client's answer is aborted, so the cut
-// shows; the error is returned for the request's log line, unless the
-// client went away itself. reqBody is the client's streamed request body
-// (nil when none): while it is still being sent the stall clock does not
-// run (the target may wait for the rest of it), and when reading it
+// shows; the error is returned for the request's log line. A client that
+// went away before the whole answer reached it (a write to it failed, or
+// it reset its connection, which cancels ctx and ends the upstream read)
+// is a *clientGoneError, reported to nobody; the upstream connection is
+// then closed with the rest of the body unread (writeResponse closes the
+// body early), never pooled. reqBody is the client's streamed request
+// body (nil when none): while it is still being sent the stall clock does
+// not run (the target may wait for the rest of it), and when reading it
 // failed the answer ends because of the client, which is what is logged
 // and nothing is reported.
 func (s *Server) relay(ctx context.Context, w http.ResponseWriter, resp *http.Response, e *upstream.Endpoint, target string, stall time.Duration, reqBody *countingBody) (int64, error) {
@@ -388,21 +392,34 @@ func (s *Server) relay(ctx context.Context, w http.ResponseWriter, resp *http.Re
 		abortAnswer(w)
 		return n, ce
 	}
-	if stalled {
+	if errors.As(err, new(*clientGoneError)) {
+		return n, err // nobody left to show the cut to
+	}
+	switch {
+	case stalled:
 		f := &health.Failure{Class: health.SlowBody, Stage: health.StageBody, Target: target,
 			Err: errors.New("response body stalled for slow_body.stall")}
 		directSlowIsTarget(e, f)
 		s.pool.Report(e, f)
 		err = f
-	} else {
+	case ctx.Err() != nil:
+		err = &clientGoneError{err: ctx.Err()}
+	default:
 		err = &bodyError{err: err}
 	}
 	abortAnswer(w)
-	if ctx.Err() != nil {
-		return n, nil
-	}
 	return n, err
 }
+
+// clientGoneError is a forwarded answer whose client went away before
+// the whole of it reached it: outcome client_gone (errOutcome), the
+// client's doing and not the upstream's.
+type clientGoneError struct{ err error }
+
+func (e *clientGoneError) Error() string {
+	return "the client went away before the whole answer reached it: " + e.err.Error()
+}
+func (e *clientGoneError) Unwrap() error { return e.err }
 
 // bodyError is an upstream body that ended before its end.
 type bodyError struct{ err error }
@@ -584,8 +601,9 @@ func beforeRequest(err error) bool {
 // reports true (the client is still sending its request body): then the
 // stall clock starts again. err is why the body ended before its end:
 // the upstream's read error (a chunked or sized body cut short reads
-// io.ErrUnexpectedEOF) or the stall. It is nil at the body's end and
-// when the client went away.
+// io.ErrUnexpectedEOF) or the stall, or a *clientGoneError when a write
+// to the client failed (the body is then closed unread: its upstream
+// connection is not reused). It is nil at the body's end.
 func (s *Server) writeResponse(w http.ResponseWriter, resp *http.Response, e *upstream.Endpoint, stall time.Duration, hold func() bool) (total int64, stalled bool, err error) {
 	defer resp.Body.Close()
 	h := w.Header()
@@ -629,7 +647,7 @@ func (s *Server) writeResponse(w http.ResponseWriter, resp *http.Response, e *up
 		}
 		if n > 0 {
 			if _, werr := w.Write((*bp)[:n]); werr != nil {
-				return total, false, nil
+				return total, false, &clientGoneError{err: werr}
 			}
 			total += int64(n)
 			// Flush when the upstream paused (a short read that is not the

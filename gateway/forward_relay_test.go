@@ -1,8 +1,14 @@
 package gateway
 
 import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestForwardTargetRotorHeadersRemoved: X-Rotor-* fields in a target's
@@ -38,4 +44,129 @@ func TestForwardTargetRotorHeadersRemoved(t *testing.T) {
 		})
 	}
 	noFailures(t, srv, "up")
+}
+
+// TestForwardClientGoneMidBody: a client that leaves while a large answer
+// is relayed (it read 1 KiB, then closed or reset its connection) is
+// outcome client_gone, in the log line and in rotor_tunnels_total, not
+// ok; the upstream connection is closed, not pooled with the rest of the
+// body unread, and the upstream is not blamed.
+func TestForwardClientGoneMidBody(t *testing.T) {
+	const size = 64 << 20 // far more than the socket buffers hold
+	for _, tc := range []struct {
+		name   string
+		method string
+		reset  bool
+	}{
+		{"GET close", http.MethodGet, false},
+		{"GET reset", http.MethodGet, true},
+		{"POST close", http.MethodPost, false},
+		{"POST reset", http.MethodPost, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ended := make(chan struct{})
+			rt := newRawTarget(t, func(c net.Conn, br *bufio.Reader, rt *rawTarget) {
+				defer close(ended)
+				if _, err := rt.readHead(br); err != nil {
+					return
+				}
+				if _, err := fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n", size); err != nil {
+					return
+				}
+				chunk := make([]byte, 32<<10)
+				for sent := 0; sent < size; sent += len(chunk) {
+					if _, err := c.Write(chunk); err != nil {
+						return // rotor closed the upstream connection
+					}
+				}
+			})
+			srv, logs := startGateway(t, "allow_private_destinations = true\n"+listenConf("")+
+				"[pool]\nstart_eligible = true\n[[upstream]]\nurl = \"direct://\"\nname = \"up\"\n")
+			c, err := net.Dial("tcp", srv.Addr("http"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			cl := ""
+			if tc.method == http.MethodPost {
+				cl = "Content-Length: 0\r\n"
+			}
+			fmt.Fprintf(c, "%s http://%s/big HTTP/1.1\r\nHost: %s\r\n%s\r\n", tc.method, rt.Addr(), rt.Addr(), cl)
+			br := bufio.NewReader(c)
+			resp, err := http.ReadResponse(br, &http.Request{Method: tc.method})
+			if err != nil || resp.StatusCode != 200 {
+				t.Fatalf("answer: %v %v", statusOf(resp), err)
+			}
+			if _, err := io.ReadFull(resp.Body, make([]byte, 1024)); err != nil {
+				t.Fatal(err)
+			}
+			if tc.reset {
+				_ = c.(*net.TCPConn).SetLinger(0)
+			}
+			c.Close()
+
+			line := forwardLineWithin(t, logs, 30*time.Second)
+			if !strings.Contains(line, `"outcome":"client_gone"`) {
+				t.Errorf("log line %s, want outcome client_gone", line)
+			}
+			exp := scrapeMetrics(t, srv)
+			if want := `rotor_tunnels_total{front="http_forward",outcome="client_gone"} 1`; !strings.Contains(exp, want+"\n") {
+				t.Errorf("metrics lack %s", want)
+			}
+			for l := range strings.SplitSeq(exp, "\n") {
+				if strings.HasPrefix(l, `rotor_tunnels_total{front="http_forward",outcome="ok"} `) && !strings.HasSuffix(l, " 0") {
+					t.Errorf("metrics count the request as ok: %s", l)
+				}
+			}
+			select {
+			case <-ended:
+			case <-time.After(30 * time.Second):
+				t.Fatal("upstream connection still open 30s after the client left")
+			}
+			srv.transports.Range(func(k, v any) bool {
+				if fc, ok := v.(*fwdClient); ok {
+					fc.mu.Lock()
+					n := fc.nidle
+					fc.mu.Unlock()
+					if n != 0 {
+						t.Errorf("%d idle upstream connections pooled, want 0 (the body was not read to its end)", n)
+					}
+				}
+				return true
+			})
+			noFailures(t, srv, "up")
+		})
+	}
+}
+
+// scrapeMetrics returns the admin front's /metrics exposition.
+func scrapeMetrics(t *testing.T, srv *Server) string {
+	t.Helper()
+	c := &http.Client{Timeout: 10 * time.Second}
+	resp, err := c.Get("http://" + srv.Addr("admin") + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("GET /metrics: %s %v", resp.Status, err)
+	}
+	return string(b)
+}
+
+// forwardLineWithin waits up to d for the log line of the forwarded
+// request and returns it.
+func forwardLineWithin(t *testing.T, logs *logBuffer, d time.Duration) string {
+	t.Helper()
+	for deadline := time.Now().Add(d); ; time.Sleep(20 * time.Millisecond) {
+		for l := range strings.SplitSeq(logs.String(), "\n") {
+			if strings.Contains(l, `"request forwarded"`) {
+				return l
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no request log line within %v:\n%s", d, logs.String())
+		}
+	}
 }
