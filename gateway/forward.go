@@ -817,7 +817,9 @@ func classifyProxyResponse(e *upstream.Endpoint, resp *http.Response) *health.Fa
 	server := strings.ToLower(resp.Header.Get("Server"))
 	squid := resp.Header.Get("X-Squid-Error")
 	fail := func(c health.Class, st health.Stage) *health.Failure {
-		return &health.Failure{Class: c, Stage: st, Err: &upstream.ConnectStatusError{StatusCode: resp.StatusCode, Status: resp.Status, SquidError: squid}}
+		// Plain: the proxy answered the forwarded request, not a CONNECT
+		// (the history detail and the client's 502 say so).
+		return &health.Failure{Class: c, Stage: st, Err: &upstream.ConnectStatusError{StatusCode: resp.StatusCode, Status: resp.Status, SquidError: squid, Plain: true}}
 	}
 	switch {
 	case resp.StatusCode == http.StatusProxyAuthRequired:

@@ -170,3 +170,47 @@ func forwardLineWithin(t *testing.T, logs *logBuffer, d time.Duration) string {
 		}
 	}
 }
+
+// TestForwardProxyAnswerDetail: an http:// upstream's own answer to a
+// forwarded plain request (tinyproxy's 401, a 407) is described as the
+// answer to the forwarded request, not to a CONNECT rotor never sent: in
+// the client's 502, the log line and the upstream's history.
+func TestForwardProxyAnswerDetail(t *testing.T) {
+	for _, tc := range []struct {
+		name, answer string
+	}{
+		{"tinyproxy 401", "HTTP/1.1 401 Unauthorized\r\nServer: tinyproxy/1.11.1\r\nContent-Length: 0\r\n\r\n"},
+		{"407", "HTTP/1.1 407 Proxy Authentication Required\r\nProxy-Authenticate: Basic realm=\"p\"\r\nContent-Length: 0\r\n\r\n"},
+	} {
+		for _, method := range forwardMethods {
+			t.Run(tc.name+" "+method, func(t *testing.T) {
+				proxy := newRawTarget(t, serveAnswers(false, tc.answer))
+				srv, logs := startGateway(t, fmt.Sprintf("[pool]\nstart_eligible = true\nmax_attempts = 1\n"+
+					"[[upstream]]\nurl = \"http://rotor:up-pw@%s\"\nname = \"tp\"\n", proxy.Addr()))
+				resp, body, err := askForward(t, srv, method, "http://example.test/")
+				if err != nil || resp.StatusCode != http.StatusBadGateway {
+					t.Fatalf("got %s %v, want 502", statusOf(resp), err)
+				}
+				if strings.Contains(body, "CONNECT") {
+					t.Errorf("502 body %q names CONNECT", body)
+				}
+				snap := srv.Tracker().Snapshot(srv.Pool().Lookup("tp").Record())
+				if !strings.Contains(snap.Detail, "proxy answered the forwarded request with") || strings.Contains(snap.Detail, "CONNECT") {
+					t.Errorf("record detail %q, want the forwarded request, not CONNECT", snap.Detail)
+				}
+				for _, h := range snap.History {
+					if strings.Contains(h.Detail, "CONNECT") {
+						t.Errorf("history detail %q names CONNECT", h.Detail)
+					}
+				}
+				line := forwardLineWithin(t, logs, 10*time.Second)
+				if strings.Contains(line, "CONNECT") || !strings.Contains(line, "proxy answered the forwarded request with") {
+					t.Errorf("log line %s, want the forwarded request, not CONNECT", line)
+				}
+				if strings.Contains(logs.String(), "up-pw") {
+					t.Error("the upstream's password is in the log")
+				}
+			})
+		}
+	}
+}
