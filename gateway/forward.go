@@ -373,10 +373,14 @@ func forwardAddr(u *url.URL) string {
 // relay writes resp to the client through writeResponse. When the body
 // ends before its end (the upstream's error, or silent for stall, which
 // is reported as slow_body) the client's answer is aborted, so the cut
-// shows; the error is returned for the request's log line, unless the
-// client went away itself. reqBody is the client's streamed request body
-// (nil when none): while it is still being sent the stall clock does not
-// run (the target may wait for the rest of it), and when reading it
+// shows; the error is returned for the request's log line. A client that
+// went away before the whole answer reached it (a write to it failed, or
+// it reset its connection, which cancels ctx and ends the upstream read)
+// is a *clientGoneError, reported to nobody; the upstream connection is
+// then closed with the rest of the body unread (writeResponse closes the
+// body early), never pooled. reqBody is the client's streamed request
+// body (nil when none): while it is still being sent the stall clock does
+// not run (the target may wait for the rest of it), and when reading it
 // failed the answer ends because of the client, which is what is logged
 // and nothing is reported.
 func (s *Server) relay(ctx context.Context, w http.ResponseWriter, resp *http.Response, e *upstream.Endpoint, target string, stall time.Duration, reqBody *countingBody) (int64, error) {
@@ -388,21 +392,34 @@ func (s *Server) relay(ctx context.Context, w http.ResponseWriter, resp *http.Re
 		abortAnswer(w)
 		return n, ce
 	}
-	if stalled {
+	if errors.As(err, new(*clientGoneError)) {
+		return n, err // nobody left to show the cut to
+	}
+	switch {
+	case stalled:
 		f := &health.Failure{Class: health.SlowBody, Stage: health.StageBody, Target: target,
 			Err: errors.New("response body stalled for slow_body.stall")}
 		directSlowIsTarget(e, f)
 		s.pool.Report(e, f)
 		err = f
-	} else {
+	case ctx.Err() != nil:
+		err = &clientGoneError{err: ctx.Err()}
+	default:
 		err = &bodyError{err: err}
 	}
 	abortAnswer(w)
-	if ctx.Err() != nil {
-		return n, nil
-	}
 	return n, err
 }
+
+// clientGoneError is a forwarded answer whose client went away before
+// the whole of it reached it: outcome client_gone (errOutcome), the
+// client's doing and not the upstream's.
+type clientGoneError struct{ err error }
+
+func (e *clientGoneError) Error() string {
+	return "the client went away before the whole answer reached it: " + e.err.Error()
+}
+func (e *clientGoneError) Unwrap() error { return e.err }
 
 // bodyError is an upstream body that ended before its end.
 type bodyError struct{ err error }
@@ -584,13 +601,16 @@ func beforeRequest(err error) bool {
 // reports true (the client is still sending its request body): then the
 // stall clock starts again. err is why the body ended before its end:
 // the upstream's read error (a chunked or sized body cut short reads
-// io.ErrUnexpectedEOF) or the stall. It is nil at the body's end and
-// when the client went away.
+// io.ErrUnexpectedEOF) or the stall, or a *clientGoneError when a write
+// to the client failed (the body is then closed unread: its upstream
+// connection is not reused). It is nil at the body's end.
 func (s *Server) writeResponse(w http.ResponseWriter, resp *http.Response, e *upstream.Endpoint, stall time.Duration, hold func() bool) (total int64, stalled bool, err error) {
 	defer resp.Body.Close()
 	h := w.Header()
 	for k, v := range resp.Header {
-		h[k] = v
+		if !rotorHeader(k) {
+			h[k] = v
+		}
 	}
 	removeHop(h)
 	h.Set("X-Rotor-Upstream", e.Name)
@@ -627,7 +647,7 @@ func (s *Server) writeResponse(w http.ResponseWriter, resp *http.Response, e *up
 		}
 		if n > 0 {
 			if _, werr := w.Write((*bp)[:n]); werr != nil {
-				return total, false, nil
+				return total, false, &clientGoneError{err: werr}
 			}
 			total += int64(n)
 			// Flush when the upstream paused (a short read that is not the
@@ -646,89 +666,14 @@ func (s *Server) writeResponse(w http.ResponseWriter, resp *http.Response, e *up
 	}
 }
 
-// transport returns the pooled HTTP transport of e. http:// upstreams get
-// requests in absolute form (many proxies refuse CONNECT to port 80);
-// the others carry them through a tunnel from e's dialer.
-func (s *Server) transport(e *upstream.Endpoint, cfg *Config) http.RoundTripper {
-	key := transportKey(e)
-	if t, ok := s.transports.Load(key); ok {
-		return t.(http.RoundTripper)
-	}
-	t := &http.Transport{
-		Proxy:                  nil,
-		MaxIdleConnsPerHost:    32,
-		IdleConnTimeout:        90 * time.Second,
-		DisableCompression:     true,
-		MaxResponseHeaderBytes: fwdMaxResponseHead,
-		ResponseHeaderTimeout:  cfg.SlowBody.FirstByte,
-		DialContext:            e.DialContext,
-	}
-	if cfg.SlowBody.FirstByte < 0 {
-		t.ResponseHeaderTimeout = 0
-	}
-	if e.Scheme() == "http" {
-		proxyURL := *e.URL
-		t.Proxy = http.ProxyURL(&proxyURL)
-		timeout := s.pool.Config().ConnectTimeout
-		t.DialContext = func(ctx context.Context, network, _ string) (net.Conn, error) {
-			d := net.Dialer{Timeout: timeout}
-			c, err := d.DialContext(ctx, network, proxyURL.Host)
-			if err != nil {
-				return nil, upstream.Classify(err, health.StageDial)
-			}
-			return c, nil
-		}
-	}
-	actual, _ := s.transports.LoadOrStore(key, t)
-	return actual.(http.RoundTripper)
-}
-
-// fwdKey is the s.transports key of an endpoint's fwdClient.
-type fwdKey struct{ u *url.URL }
-
-// fwdClient returns the lean forward client of e (forward_client.go),
-// kept next to its Transport and pruned with it. Shutdown closes its idle
-// connections: they hold no goroutine, only a socket each.
-func (s *Server) fwdClient(e *upstream.Endpoint) *fwdClient {
-	key := fwdKey{transportKey(e)}
-	if c, ok := s.transports.Load(key); ok {
-		return c.(*fwdClient)
-	}
-	c := newFwdClient(e)
-	actual, loaded := s.transports.LoadOrStore(key, c)
-	if !loaded {
-		context.AfterFunc(s.ctx, c.close)
-	}
-	return actual.(*fwdClient)
-}
-
-// transportKey identifies an endpoint's transport: its parsed URL, which a
-// reload replaces (so a changed password gets a new transport and the old
-// one is pruned). Comparing pointers keeps the per-request lookup free.
-func transportKey(e *upstream.Endpoint) *url.URL { return e.URL }
-
-// pruneTransports drops the transports and lean clients of endpoints no
-// longer in the pool and closes their idle connections.
-func (s *Server) pruneTransports() {
-	live := map[*url.URL]bool{}
-	for _, e := range s.pool.Endpoints() {
-		live[transportKey(e)] = true
-	}
-	s.transports.Range(func(k, v any) bool {
-		switch k := k.(type) {
-		case *url.URL:
-			if !live[k] {
-				s.transports.Delete(k)
-				v.(*http.Transport).CloseIdleConnections()
-			}
-		case fwdKey:
-			if !live[k.u] {
-				s.transports.Delete(k)
-				v.(*fwdClient).close()
-			}
-		}
-		return true
-	})
+// rotorHeader reports whether field name k is in rotor's X-Rotor-
+// namespace (any case: a name net/http did not canonicalise stays as
+// sent). Such fields in a target's or an upstream's answer are not
+// relayed: a site must not make a scraper believe rotor failed
+// (X-Rotor-Error) or name the upstream that served it (X-Rotor-Upstream).
+func rotorHeader(k string) bool {
+	const prefix = "X-Rotor-"
+	return len(k) >= len(prefix) && strings.EqualFold(k[:len(prefix)], prefix)
 }
 
 // classifyProxyResponse recognises answers that come from an http upstream
@@ -744,7 +689,9 @@ func classifyProxyResponse(e *upstream.Endpoint, resp *http.Response) *health.Fa
 	server := strings.ToLower(resp.Header.Get("Server"))
 	squid := resp.Header.Get("X-Squid-Error")
 	fail := func(c health.Class, st health.Stage) *health.Failure {
-		return &health.Failure{Class: c, Stage: st, Err: &upstream.ConnectStatusError{StatusCode: resp.StatusCode, Status: resp.Status, SquidError: squid}}
+		// Plain: the proxy answered the forwarded request, not a CONNECT
+		// (the history detail and the client's 502 say so).
+		return &health.Failure{Class: c, Stage: st, Err: &upstream.ConnectStatusError{StatusCode: resp.StatusCode, Status: resp.Status, SquidError: squid, Plain: true}}
 	}
 	switch {
 	case resp.StatusCode == http.StatusProxyAuthRequired:

@@ -34,6 +34,10 @@ type fwdClient struct {
 	e         *upstream.Endpoint
 	proxy     bool   // http:// upstream: absolute form, dialled directly
 	proxyAuth string // Proxy-Authorization rotor sends to an http:// upstream; "" without userinfo
+	// room, when set (an upstream with max_conns), runs before a new
+	// connection is dialled: it closes idle ones so that the open
+	// connections stay within the limit (Server.connRoom).
+	room func()
 
 	mu     sync.Mutex            // guards the fields below
 	idle   map[string][]*fwdConn // by target address ("" for an http:// upstream), newest last
@@ -126,6 +130,9 @@ func (fc *fwdClient) roundTrip(ctx context.Context, x *fwdExchange) (*http.Respo
 	for {
 		pc, reused := fc.get(key)
 		if pc == nil {
+			if fc.room != nil {
+				fc.room()
+			}
 			var err error
 			if pc, err = fc.dial(ctx, key, x); err != nil {
 				return nil, err
@@ -345,6 +352,44 @@ func (fc *fwdClient) put(pc *fwdConn) {
 		fc.sweep = time.AfterFunc(fwdIdleTimeout, fc.sweepIdle)
 	}
 	fc.mu.Unlock()
+}
+
+// trimIdle closes idle connections, the longest idle first over all
+// targets, until at most keep remain (keep < 0 counts as 0): an upstream's
+// max_conns counts every open connection, idle ones too (see
+// Server.connRoom).
+func (fc *fwdClient) trimIdle(keep int) {
+	keep = max(keep, 0)
+	var gone []*fwdConn
+	fc.mu.Lock()
+	for fc.nidle > keep {
+		// Each target's list is oldest first: the oldest of all is the
+		// oldest of some list's head. Lists are few when the limit is
+		// small, and a trim usually closes one.
+		var oldest string
+		found := false
+		for key, l := range fc.idle {
+			if len(l) > 0 && (!found || l[0].idleAt.Before(fc.idle[oldest][0].idleAt)) {
+				oldest, found = key, true
+			}
+		}
+		if !found {
+			break
+		}
+		l := fc.idle[oldest]
+		gone = append(gone, l[0])
+		l[0] = nil
+		if l = l[1:]; len(l) == 0 {
+			delete(fc.idle, oldest)
+		} else {
+			fc.idle[oldest] = l
+		}
+		fc.nidle--
+	}
+	fc.mu.Unlock()
+	for _, pc := range gone {
+		_ = pc.c.Close()
+	}
 }
 
 // sweepIdle closes the connections idle for fwdIdleTimeout and re-arms

@@ -91,11 +91,11 @@ func (s *Server) logTunnel(id uint64, front string, c net.Conn, user, target str
 
 // errOutcome is the outcome of a tunnel or request that ended with err
 // before it was served: "unavailable" when nothing was eligible in time,
-// "client_gone" when the client left while rotor waited or dialled, or
-// while it sent its request body (its own doing: logged at info, not as
-// a failure; a dial cancelled by shutdown is not that), "bad_request"
-// for a request body that was malformed or stalled (the client's too),
-// else "failed".
+// "client_gone" when the client left while rotor waited or dialled, while
+// it sent its request body, or before a forwarded answer reached it whole
+// (its own doing: logged at info, not as a failure; a dial cancelled or
+// an answer cut by shutdown is not that), "bad_request" for a request
+// body that was malformed or stalled (the client's too), else "failed".
 func (s *Server) errOutcome(err error) string {
 	var ce *clientBodyError
 	switch {
@@ -104,6 +104,8 @@ func (s *Server) errOutcome(err error) string {
 	case errors.As(err, &ce) && ce.fault() != bodyGone:
 		return "bad_request"
 	case errors.As(err, &ce) && s.ctx.Err() == nil:
+		return "client_gone"
+	case errors.As(err, new(*clientGoneError)) && s.ctx.Err() == nil:
 		return "client_gone"
 	case errors.Is(err, context.Canceled) && s.ctx.Err() == nil:
 		return "client_gone"

@@ -1,0 +1,145 @@
+package gateway
+
+// The upstream connections of plain-HTTP forwarding: each endpoint's
+// net/http Transport and lean client (forward_client.go), kept in
+// Server.transports, pruned on reload, and held within the endpoint's
+// max_conns.
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/rotor-proxy/rotor/health"
+	"github.com/rotor-proxy/rotor/upstream"
+)
+
+// transport returns the pooled HTTP transport of e. http:// upstreams get
+// requests in absolute form (many proxies refuse CONNECT to port 80);
+// the others carry them through a tunnel from e's dialer.
+func (s *Server) transport(e *upstream.Endpoint, cfg *Config) http.RoundTripper {
+	key := transportKey(e)
+	if t, ok := s.transports.Load(key); ok {
+		return t.(http.RoundTripper)
+	}
+	t := &http.Transport{
+		Proxy:                  nil,
+		MaxIdleConnsPerHost:    32,
+		IdleConnTimeout:        90 * time.Second,
+		DisableCompression:     true,
+		MaxResponseHeaderBytes: fwdMaxResponseHead,
+		ResponseHeaderTimeout:  cfg.SlowBody.FirstByte,
+		DialContext:            e.DialContext,
+		// max_conns counts every open connection to the upstream: the
+		// Transport's idle ones would be uncounted, and its pool cannot
+		// be bounded per endpoint, so it keeps none (the lean client,
+		// which serves the replayable requests, keeps them within the
+		// limit).
+		DisableKeepAlives: e.MaxConns > 0,
+	}
+	if cfg.SlowBody.FirstByte < 0 {
+		t.ResponseHeaderTimeout = 0
+	}
+	if e.Scheme() == "http" {
+		proxyURL := *e.URL
+		t.Proxy = http.ProxyURL(&proxyURL)
+		timeout := s.pool.Config().ConnectTimeout
+		t.DialContext = func(ctx context.Context, network, _ string) (net.Conn, error) {
+			d := net.Dialer{Timeout: timeout}
+			c, err := d.DialContext(ctx, network, proxyURL.Host)
+			if err != nil {
+				return nil, upstream.Classify(err, health.StageDial)
+			}
+			return c, nil
+		}
+	}
+	if e.MaxConns > 0 {
+		dial := t.DialContext
+		t.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			s.connRoom(e)
+			return dial(ctx, network, addr)
+		}
+	}
+	actual, _ := s.transports.LoadOrStore(key, t)
+	return actual.(http.RoundTripper)
+}
+
+// idleRoom is how many idle forward connections to e may stay open when
+// one more connection to it opens, for an e with max_conns: the provider
+// counts every open connection, and the pool's limit counts only those
+// in use (e.Active: tunnels and forwarded requests in flight, the one
+// about to dial included, each holding at most one connection). It uses
+// this instance's share of the limit in fleet mode, ceil(max_conns/N) and
+// at least 1, as the pool does (upstream connShare).
+func (s *Server) idleRoom(e *upstream.Endpoint) int {
+	limit := int64(e.MaxConns)
+	if n := int64(s.pool.Instances()); n > 1 {
+		limit = max((limit+n-1)/n, 1)
+	}
+	return int(limit - e.Active())
+}
+
+// connRoom makes room for a new connection to e when e has a max_conns:
+// it closes idle connections of e's lean client, the longest idle first,
+// so that open connections (in use and idle) stay within the limit.
+func (s *Server) connRoom(e *upstream.Endpoint) {
+	if e.MaxConns <= 0 {
+		return
+	}
+	if c, ok := s.transports.Load(fwdKey{transportKey(e)}); ok {
+		c.(*fwdClient).trimIdle(s.idleRoom(e))
+	}
+}
+
+// fwdKey is the s.transports key of an endpoint's fwdClient.
+type fwdKey struct{ u *url.URL }
+
+// fwdClient returns the lean forward client of e (forward_client.go),
+// kept next to its Transport and pruned with it. Shutdown closes its idle
+// connections: they hold no goroutine, only a socket each.
+func (s *Server) fwdClient(e *upstream.Endpoint) *fwdClient {
+	key := fwdKey{transportKey(e)}
+	if c, ok := s.transports.Load(key); ok {
+		return c.(*fwdClient)
+	}
+	c := newFwdClient(e)
+	if e.MaxConns > 0 {
+		c.room = func() { c.trimIdle(s.idleRoom(e)) }
+	}
+	actual, loaded := s.transports.LoadOrStore(key, c)
+	if !loaded {
+		context.AfterFunc(s.ctx, c.close)
+	}
+	return actual.(*fwdClient)
+}
+
+// transportKey identifies an endpoint's transport: its parsed URL, which a
+// reload replaces (so a changed password gets a new transport and the old
+// one is pruned). Comparing pointers keeps the per-request lookup free.
+func transportKey(e *upstream.Endpoint) *url.URL { return e.URL }
+
+// pruneTransports drops the transports and lean clients of endpoints no
+// longer in the pool and closes their idle connections.
+func (s *Server) pruneTransports() {
+	live := map[*url.URL]bool{}
+	for _, e := range s.pool.Endpoints() {
+		live[transportKey(e)] = true
+	}
+	s.transports.Range(func(k, v any) bool {
+		switch k := k.(type) {
+		case *url.URL:
+			if !live[k] {
+				s.transports.Delete(k)
+				v.(*http.Transport).CloseIdleConnections()
+			}
+		case fwdKey:
+			if !live[k.u] {
+				s.transports.Delete(k)
+				v.(*fwdClient).close()
+			}
+		}
+		return true
+	})
+}
