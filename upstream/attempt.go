@@ -204,8 +204,10 @@ type Attempts struct {
 	// invalid is set when req.Addr cannot be sent to any upstream; Next
 	// returns it before picking one.
 	invalid error
-	list    []Attempt
-	tried   []*Endpoint
+	// tagKey names req.Tags' set (see tagSet).
+	tagKey string
+	list   []Attempt
+	tried  []*Endpoint
 	// rateWait is the shortest time until a rate-limited endpoint refused
 	// by the last pick has a token again (0: none was).
 	rateWait  time.Duration
@@ -248,7 +250,7 @@ func (a *Attempts) flushSlow() {
 // picked: the client's fault, reported to no record.
 func (p *Pool) NewAttempts(req Request) *Attempts {
 	cfg := p.Config()
-	a := &Attempts{p: p, cfg: cfg, req: req, host: req.Host(), tried: make([]*Endpoint, 0, cfg.MaxAttempts)}
+	a := &Attempts{p: p, cfg: cfg, req: req, host: req.Host(), tagKey: tagKey(req.Tags), tried: make([]*Endpoint, 0, cfg.MaxAttempts)}
 	host, port, err := checkTarget(req.Addr)
 	if err != nil {
 		a.invalid = &health.Failure{Class: health.TargetUnreachable, Stage: health.StageTargetConnect, Err: err}
@@ -258,19 +260,22 @@ func (p *Pool) NewAttempts(req Request) *Attempts {
 	return a
 }
 
-// tagKey names the request's tag set for round-robin's cursors: the tags
-// sorted, without duplicates ("" for none).
-func (a *Attempts) tagKey() string {
-	switch len(a.req.Tags) {
+// tagKey names a tag set, for its view and its round-robin cursor: the
+// tags sorted, without duplicates ("" for none).
+func tagKey(tags []string) string {
+	switch len(tags) {
 	case 0:
 		return ""
 	case 1:
-		return a.req.Tags[0]
+		return tags[0]
 	}
-	t := slices.Clone(a.req.Tags)
+	t := slices.Clone(tags)
 	slices.Sort(t)
 	return strings.Join(slices.Compact(t), "\x00")
 }
+
+// tagSet returns the request's tags and their key (see admitter).
+func (a *Attempts) tagSet() ([]string, string) { return a.req.Tags, a.tagKey }
 
 // canonicalTarget returns addr as "host:port" with a lower-case host, the
 // port without leading zeros and brackets exactly around IPv6 literals:
@@ -426,6 +431,32 @@ func (a *Attempts) admit(s *set, i int) bool {
 		return false
 	}
 	return true
+}
+
+// viable is admit without its reservations (see admitter): false only
+// where admit refuses for sure (not eligible, tried, without the tags, at
+// max_conns, cooling for the host). A rate token or a slow-start slot is
+// left for admit to find.
+func (a *Attempts) viable(s *set, i int) bool {
+	p := a.p
+	h := &s.hot[i]
+	open, known := h.gate.Known()
+	if known && !open {
+		return false
+	}
+	e, ld := s.eps[i], s.lds[i]
+	for _, t := range a.tried {
+		if t.ld == ld {
+			return false
+		}
+	}
+	if len(a.req.Tags) > 0 && !e.HasTags(a.req.Tags) {
+		return false
+	}
+	if m := connShare(int64(h.maxConns), p.share.Load()); m > 0 && ld.active.Load() >= m {
+		return false
+	}
+	return known || p.tr.Eligible(e.rec) && !p.tr.TargetCooling(e.rec, a.host)
 }
 
 // Succeeded reports a successful attempt on e (which stays active). With a
