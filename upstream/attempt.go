@@ -298,7 +298,8 @@ func (a *Attempts) List() []Attempt { return a.list }
 // It waits for an eligible endpoint when none has been tried yet; when the
 // wait expires it returns ErrNoEligible (a *NoEligibleError naming the tags
 // when the request has some); an *AttemptsError when attempts ran out or no
-// untried endpoint is left.
+// untried endpoint is left. A request for tags no endpoint carries gets
+// its *NoEligibleError (Matching 0) at once, without waiting.
 func (a *Attempts) Next(ctx context.Context) (e *Endpoint, err error) {
 	if a.invalid != nil {
 		return nil, a.invalid
@@ -327,6 +328,12 @@ func (a *Attempts) Next(ctx context.Context) (e *Endpoint, err error) {
 		}
 		if len(a.tried) > 0 {
 			break
+		}
+		if len(a.req.Tags) > 0 && len(p.set.Load().viewOf(a).idx) == 0 {
+			// No upstream carries these tags: no state change can help,
+			// only a reload, and waiting wait_for_upstream for one tells
+			// the client nothing it cannot be told now.
+			return nil, &NoEligibleError{Tags: a.req.Tags}
 		}
 		if !registered {
 			// Ask releases to signal from now on, then pick once more:

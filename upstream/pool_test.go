@@ -554,3 +554,34 @@ func TestRedactNeverShowsPasswords(t *testing.T) {
 		}
 	}
 }
+
+// TestTagsNobodyHasFailAtOnce: a request for tags no upstream carries is
+// told so at once, not after wait_for_upstream (here an hour on a clock
+// that never moves). Issue: the client waited the full 10s although the
+// log already said "no upstream has tags x".
+func TestTagsNobodyHasFailAtOnce(t *testing.T) {
+	clock := healthtest.NewClock(time.Time{})
+	sp := specs("us-1", "de")
+	sp[0].Tags, sp[1].Tags = []string{"us"}, []string{"de"}
+	tp := newTestPool(t, PoolConfig{WaitForUpstream: time.Hour}, clock, sp...)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second) // a guard only: the old code waited
+	defer cancel()
+	for _, tags := range [][]string{{"x"}, {"us", "de"}} {
+		_, err := tp.NewAttempts(Request{Addr: "example.com:443", Tags: tags}).Next(ctx)
+		var ne *NoEligibleError
+		if !errors.As(err, &ne) || ne.Matching != 0 || !errors.Is(err, ErrNoEligible) {
+			t.Fatalf("tags %v: err = %v, want a *NoEligibleError with Matching 0", tags, err)
+		}
+		if want := "no upstream has tags " + strings.Join(tags, ","); !strings.Contains(err.Error(), want) {
+			t.Errorf("tags %v: err = %q, want it to say %q", tags, err, want)
+		}
+	}
+	// Tags an upstream has, none of it eligible: the request still waits
+	// (a probe may readmit it), until the wait or the client ends.
+	tp.disable(t, "de")
+	short, cancel2 := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel2()
+	if _, err := tp.NewAttempts(Request{Addr: "example.com:443", Tags: []string{"de"}}).Next(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("tags de (configured, disabled): err = %v, want it to wait until the client gives up", err)
+	}
+}
