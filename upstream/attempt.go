@@ -19,8 +19,9 @@ import (
 var ErrNoEligible = errors.New("no eligible upstream")
 
 // NoEligibleError is the ErrNoEligible of a request restricted by tags,
-// or to a host some upstreams are banned for: it says so, so the client
-// learns why (errors.Is(err, ErrNoEligible) holds).
+// to a host some upstreams are banned for, or that found upstreams
+// eligible but at their limits: it says so, so the client learns why
+// (errors.Is(err, ErrNoEligible) holds).
 type NoEligibleError struct {
 	Tags []string
 	// Matching is how many endpoints of the set carry every tag (0: no
@@ -31,6 +32,11 @@ type NoEligibleError struct {
 	// target_http_error, retry status or refusal of it started).
 	Host        string
 	HostCooling int
+	// AtMaxConns and AtRate count the matching endpoints that are
+	// eligible (the admin API says so) but were at their max_conns, or
+	// out of rate tokens, when the wait expired.
+	AtMaxConns int
+	AtRate     int
 }
 
 func (e *NoEligibleError) Error() string {
@@ -42,9 +48,30 @@ func (e *NoEligibleError) Error() string {
 	if len(e.Tags) > 0 {
 		what += " with tags " + tags
 	}
+	busy := e.AtMaxConns + e.AtRate
+	limit := "max_conns or rate limit"
+	switch {
+	case e.AtRate == 0:
+		limit = "max_conns"
+	case e.AtMaxConns == 0:
+		limit = "rate limit"
+	}
 	if e.HostCooling > 0 {
-		return fmt.Sprintf("no eligible upstream for %s: %d of %s are cooling for this host only (it refused or banned them), the rest are out",
+		msg := fmt.Sprintf("no eligible upstream for %s: %d of %s are cooling for this host only (it refused or banned them)",
 			e.Host, e.HostCooling, what)
+		if busy > 0 {
+			msg += fmt.Sprintf(", %d are at their %s", busy, limit)
+		}
+		if e.HostCooling+busy < e.Matching {
+			msg += ", the rest are out"
+		}
+		return msg
+	}
+	switch {
+	case busy > 0 && busy == e.Matching:
+		return fmt.Sprintf("no eligible upstream: %s are eligible but all at their %s", what, limit)
+	case busy > 0:
+		return fmt.Sprintf("no eligible upstream: %d of %s are eligible but at their %s, the rest are out", busy, what, limit)
 	}
 	return fmt.Sprintf("no eligible upstream: none of %s is eligible", what)
 }
@@ -359,22 +386,43 @@ func (a *Attempts) Next(ctx context.Context) (e *Endpoint, err error) {
 	return nil, &AttemptsError{Attempts: a.list}
 }
 
-// noEligible explains an expired wait (err): the tags asked for, and the
-// upstreams that are only cooling for this host. Without either it
-// returns err. It walks the pool once, after the client waited.
+// noEligible explains an expired wait (err): the tags asked for, the
+// upstreams that are only cooling for this host, and those eligible but
+// at their max_conns or rate limit. Without any of these it returns err.
+// It walks the request's view (the pool, without tags) once, after the
+// client waited.
 func (a *Attempts) noEligible(err error) error {
+	p, s := a.p, a.p.set.Load()
 	host := a.req.Host()
 	ne := &NoEligibleError{Tags: a.req.Tags, Host: host}
-	for _, e := range a.p.Endpoints() {
+	share := p.share.Load()
+	count := func(e *Endpoint) {
 		if !e.HasTags(a.req.Tags) {
-			continue
+			return
 		}
 		ne.Matching++
-		if e.rec != nil && host != "" && a.p.tr.Eligible(e.rec) && a.p.tr.TargetCooling(e.rec, host) {
+		if e.rec == nil || !p.tr.Eligible(e.rec) {
+			return
+		}
+		switch {
+		case host != "" && p.tr.TargetCooling(e.rec, host):
 			ne.HostCooling++
+		case e.MaxConns > 0 && e.ld.active.Load() >= connShare(int64(e.MaxConns), share):
+			ne.AtMaxConns++
+		case e.limit != nil && !e.limit.ready(share):
+			ne.AtRate++
 		}
 	}
-	if len(ne.Tags) == 0 && ne.HostCooling == 0 {
+	if list := s.viewOf(a).restricted(); list != nil {
+		for _, i := range list {
+			count(s.eps[i])
+		}
+	} else {
+		for _, e := range s.eps {
+			count(e)
+		}
+	}
+	if len(ne.Tags) == 0 && ne.HostCooling == 0 && ne.AtMaxConns+ne.AtRate == 0 {
 		return err
 	}
 	return ne

@@ -65,6 +65,16 @@ func (r *rateLimiter) take(share int64) (bool, time.Duration) {
 	return false, max(wait, time.Millisecond)
 }
 
+// ready reports whether take would succeed now, without taking a token.
+func (r *rateLimiter) ready(share int64) bool {
+	rate, burst := r.share(share)
+	now := r.clock.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.refill(now, rate, burst)
+	return r.tokens >= 1
+}
+
 // refund gives back a token taken by a pick that a later check refused,
 // so the refusal does not cost the endpoint a tunnel of its rate.
 func (r *rateLimiter) refund(share int64) {

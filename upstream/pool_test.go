@@ -585,3 +585,57 @@ func TestTagsNobodyHasFailAtOnce(t *testing.T) {
 		t.Errorf("tags de (configured, disabled): err = %v, want it to wait until the client gives up", err)
 	}
 }
+
+// TestNoEligibleNamesLimits: when the upstreams a request may use are
+// eligible but at their max_conns or rate limit, the error says so.
+// Issue: the client got "none of the 2 upstreams with tags res is
+// eligible" while /api/upstreams showed both eligible.
+func TestNoEligibleNamesLimits(t *testing.T) {
+	sp := specs("res-1", "res-2", "res-3", "other")
+	for i := range sp[:3] {
+		sp[i].Tags = []string{"res"}
+	}
+	sp[0].MaxConns, sp[1].MaxConns = 1, 1
+	sp[2].Rate = 0.001 // one token, the next in 1000s
+	sp[3].MaxConns = 1
+	tp := newTestPool(t, PoolConfig{WaitForUpstream: 20 * time.Millisecond}, nil, sp...)
+	next := func(tags ...string) error {
+		t.Helper()
+		e, err := tp.NewAttempts(Request{Addr: "example.com:443", Tags: tags}).Next(t.Context())
+		if err == nil {
+			tp.Release(e)
+			t.Fatalf("tags %v: picked %s, want none", tags, e.Name)
+		}
+		if !errors.Is(err, ErrNoEligible) {
+			t.Fatalf("tags %v: err = %v, want ErrNoEligible", tags, err)
+		}
+		return err
+	}
+	t.Cleanup(tp.hold(t, "res-1", 1))
+	t.Cleanup(tp.hold(t, "res-2", 1))
+	t.Cleanup(tp.hold(t, "other", 1))
+	if got := tp.use(t, Request{Addr: "example.com:443", Tags: []string{"res"}}); got != "res-3" {
+		t.Fatalf("first pick %q, want res-3 (its one rate token)", got)
+	}
+	tests := []struct {
+		name string
+		do   func()
+		tags []string
+		want string
+	}{
+		{"max_conns and rate", nil, []string{"res"},
+			"no eligible upstream: the 3 upstreams with tags res are eligible but all at their max_conns or rate limit"},
+		{"max_conns, untagged", func() { tp.disable(t, "res-1"); tp.disable(t, "res-2"); tp.disable(t, "res-3") }, nil,
+			"no eligible upstream: 1 of the 4 upstreams are eligible but at their max_conns, the rest are out"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.do != nil {
+				tc.do()
+			}
+			if err := next(tc.tags...); err.Error() != tc.want {
+				t.Errorf("err = %q\nwant  %q", err, tc.want)
+			}
+		})
+	}
+}
