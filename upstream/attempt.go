@@ -649,18 +649,41 @@ func (e *Endpoint) DialContext(ctx context.Context, network, addr string) (net.C
 // pick selects an endpoint a admits and reserves it: the session's
 // endpoint while it is admitted, else the strategy's choice. A session
 // whose endpoint is not admitted (cooling, banned for this host,
-// saturated, already tried) gets the strategy's choice, and Succeeded
-// moves the session there for good.
+// saturated, already tried) gets the strategy's choice, and is bound to it
+// at once, provisionally (see sessions), so that the session's requests
+// starting meanwhile follow; Succeeded confirms the move (and logs it). A
+// pick that lost that race to another request of the session follows the
+// winner when it admits it: its own choice is released, its rate token
+// given back (a slow-start slot it took stays used).
 func (p *Pool) pick(a *Attempts) *Endpoint {
 	s := p.set.Load()
-	if a.req.Session != "" {
-		if key := p.sessions.lookup(a.req.Session); key != "" {
-			if i, ok := s.byKey[key]; ok && a.admit(s, i) {
-				return s.eps[i]
-			}
+	st := p.settings.Load().strategy
+	id := a.req.Session
+	if id == "" {
+		return st.pick(s, a)
+	}
+	key := p.sessions.follow(id)
+	if key != "" {
+		if i, ok := s.byKey[key]; ok && a.admit(s, i) {
+			return s.eps[i]
 		}
 	}
-	return p.settings.Load().strategy.pick(s, a)
+	e := st.pick(s, a)
+	if e == nil {
+		return nil
+	}
+	win := p.sessions.claim(id, key, e)
+	if win == e.Key {
+		return e
+	}
+	if i, ok := s.byKey[win]; ok && a.admit(s, i) {
+		p.release(e)
+		if e.limit != nil {
+			e.limit.refund(p.share.Load())
+		}
+		return s.eps[i]
+	}
+	return e
 }
 
 // wait blocks until the tracker signals a change, a slot frees, a rate

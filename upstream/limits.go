@@ -157,9 +157,16 @@ const (
 )
 
 // sessions maps sticky-session ids to the identity key of the endpoint
-// that serves them. An entry slides forward on each successful use and
-// expires after ttl without one. Keys (not *Endpoint) are stored so that an
-// entry survives a reload that rebuilds the endpoint values.
+// that serves them. An entry slides forward on each pick and success,
+// and expires after ttl without either. Keys (not *Endpoint) are stored
+// so that an entry survives a reload that rebuilds the endpoint values.
+//
+// A new session is bound at its first pick (claim), before the attempt
+// succeeds: its requests that start meanwhile follow that binding instead
+// of each picking its own upstream (issue: eight parallel first requests
+// went out through four). Such a binding is provisional until an attempt
+// on it succeeds (bind); if the attempt fails, the retry's pick moves it,
+// as a failure moves any session.
 type sessions struct {
 	ttlNs  atomic.Int64 // time.Duration; changed by a reload
 	max    int          // entries held at most, all shards together
@@ -176,10 +183,30 @@ type sessionShard struct {
 }
 
 type session struct {
-	key  string // endpoint identity
-	name string // endpoint name when bound, for the move log line
-	seen time.Time
+	key  string    // endpoint identity
+	name string    // endpoint name when bound, for the move log line
+	seen time.Time // last pick or success
 	pub  time.Time // last report to the fleet (or from it): refreshes are throttled
+	// prov is set while the binding is a pick's (claim) that no attempt
+	// has confirmed yet; from and fromKey then name the confirmed binding
+	// it replaced ("" for none), which the move log names once confirmed.
+	prov    bool
+	from    string
+	fromKey string
+}
+
+// expired reports whether x is past its ttl: unused for longer than ttl.
+func (x *session) expired(now time.Time, ttl time.Duration) bool {
+	return now.Sub(x.seen) > ttl
+}
+
+// confirmed returns the name and key of the binding x stands for once
+// confirmed: x's own, or for a provisional x the one it replaced.
+func (x *session) confirmed() (name, key string) {
+	if x.prov {
+		return x.from, x.fromKey
+	}
+	return x.name, x.key
 }
 
 func newSessions(ttl time.Duration, max int, clock health.Clock) *sessions {
@@ -199,7 +226,12 @@ func (s *sessions) shard(id string) *sessionShard {
 
 // lookup returns the identity key bound to id, or "" when id is empty,
 // unknown or expired.
-func (s *sessions) lookup(id string) string {
+func (s *sessions) lookup(id string) string { return s.get(id, false) }
+
+// follow is lookup for a pick of the session: a live binding slides.
+func (s *sessions) follow(id string) string { return s.get(id, true) }
+
+func (s *sessions) get(id string, use bool) string {
 	if id == "" {
 		return ""
 	}
@@ -211,18 +243,48 @@ func (s *sessions) lookup(id string) string {
 	if !ok {
 		return ""
 	}
-	if now.Sub(x.seen) > s.ttl() {
+	if x.expired(now, s.ttl()) {
 		delete(sh.m, id)
 		return ""
+	}
+	if use {
+		x.seen = now
+		sh.m[id] = x
 	}
 	return x.key
 }
 
+// claim binds id to e provisionally for a pick that found id bound to
+// expect ("" for unbound) and could not use that: unless the binding has
+// changed meanwhile (another request of the session claimed or moved it),
+// id is now bound to e. It returns the key id is bound to afterwards.
+func (s *sessions) claim(id, expect string, e *Endpoint) string {
+	now := s.clock.Now()
+	sh := s.shard(id)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	old, had := sh.m[id]
+	live := had && !old.expired(now, s.ttl())
+	if live && old.key != expect {
+		return old.key
+	}
+	if !had {
+		s.makeRoom(sh, now)
+	}
+	x := session{key: e.Key, name: e.Name, seen: now, prov: true}
+	if live {
+		x.from, x.fromKey = old.confirmed()
+		x.pub = old.pub
+	}
+	sh.m[id] = x
+	return e.Key
+}
+
 // bind records that e served id now (sliding the TTL). When id was bound
-// to another live endpoint it returns that endpoint's name and moved=true,
-// for the caller to log after the lock is released. report is true when
-// the fleet should learn of the binding: it is new or moved, or its last
-// report is at least ttl/4 old.
+// (and confirmed) to another live endpoint it returns that endpoint's name
+// and moved=true, for the caller to log after the lock is released.
+// report is true when the fleet should learn of the binding: it is new or
+// moved, or its last report is at least ttl/4 old.
 func (s *sessions) bind(id string, e *Endpoint) (from string, moved, report bool) {
 	if id == "" {
 		return "", false, false
@@ -236,17 +298,25 @@ func (s *sessions) bind(id string, e *Endpoint) (from string, moved, report bool
 	case !had:
 		s.makeRoom(sh, now)
 	case old.key == e.Key:
-		if old.name == e.Name {
-			// The common case: slide the TTL in place, no new strings.
-			old.seen = now
-			if report = now.Sub(old.pub) >= s.ttl()/4; report {
-				old.pub = now
+		// The common case: slide the TTL in place.
+		report = now.Sub(old.pub) >= s.ttl()/4
+		if old.prov {
+			// The first success on a pick's binding confirms it.
+			if old.fromKey != "" && old.fromKey != e.Key {
+				from, moved = old.from, true
 			}
-			sh.m[id] = old
-			return "", false, report
+			old.prov, old.from, old.fromKey, report = false, "", "", true
 		}
-	case now.Sub(old.seen) <= s.ttl():
-		from, moved = old.name, true
+		old.name, old.seen = e.Name, now
+		if report {
+			old.pub = now
+		}
+		sh.m[id] = old
+		return from, moved, report
+	case !old.expired(now, s.ttl()):
+		if name, key := old.confirmed(); key != "" && key != e.Key {
+			from, moved = name, true
+		}
 	}
 	sh.m[id] = session{key: e.Key, name: e.Name, seen: now, pub: now}
 	return from, moved, true
@@ -263,7 +333,7 @@ func (s *sessions) apply(id, key, name string, left time.Duration, fill bool) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	old, had := sh.m[id]
-	live := had && now.Sub(old.seen) <= ttl
+	live := had && !old.expired(now, ttl)
 	switch {
 	case live && fill:
 		return
@@ -272,6 +342,7 @@ func (s *sessions) apply(id, key, name string, left time.Duration, fill bool) {
 			old.seen = seen
 		}
 		old.pub = now // the fleet has just heard of it: no need to report it again soon
+		old.prov, old.from, old.fromKey = false, "", ""
 		sh.m[id] = old
 		return
 	case !had:
@@ -285,7 +356,7 @@ func (s *sessions) apply(id, key, name string, left time.Duration, fill bool) {
 func (s *sessions) makeRoom(sh *sessionShard, now time.Time) {
 	if now.Sub(sh.lastSweep) >= min(s.ttl(), sessionSweepEvery) {
 		for k, x := range sh.m {
-			if now.Sub(x.seen) > s.ttl() {
+			if x.expired(now, s.ttl()) {
 				delete(sh.m, k)
 			}
 		}

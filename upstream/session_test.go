@@ -1,0 +1,116 @@
+package upstream
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rotor-proxy/rotor/health"
+)
+
+// TestSessionFirstRequestsShareUpstream: requests of a new session that
+// start together go out through the one upstream the first pick chose,
+// before any of them has succeeded. Issue: 8 parallel SOCKS5 connections
+// of scraper-session-race1 used 4 upstreams in their first wave, with
+// "session moved" lines between them.
+func TestSessionFirstRequestsShareUpstream(t *testing.T) {
+	tp := newTestPool(t, PoolConfig{Strategy: "round-robin", WaitForUpstream: time.Millisecond}, nil, specs("a", "b", "c", "d")...)
+	req := Request{Addr: "example.com:443", Session: "race1"}
+	const n = 8
+	type picked struct {
+		a *Attempts
+		e *Endpoint
+	}
+	start := make(chan struct{})
+	out := make(chan picked, n)
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			a := tp.NewAttempts(req)
+			e, err := a.Next(context.Background())
+			if err != nil {
+				t.Errorf("Next: %v", err)
+				return
+			}
+			out <- picked{a, e}
+		}()
+	}
+	close(start)
+	wg.Wait() // every request has picked; none has succeeded yet
+	close(out)
+	seen := map[string]int{}
+	var all []picked
+	for p := range out {
+		seen[p.e.Name]++
+		all = append(all, p)
+	}
+	for _, p := range all {
+		p.a.Succeeded(p.e)
+		tp.Release(p.e)
+	}
+	if len(seen) != 1 {
+		t.Errorf("the session's first requests went to %v, want one upstream", seen)
+	}
+	if logs := tp.logs.String(); strings.Contains(logs, "session moved") {
+		t.Errorf("session moves logged:\n%s", logs)
+	}
+}
+
+// TestSessionFirstPickFails: when the attempt on the first pick's upstream
+// fails, the retry moves the session, and the requests that followed the
+// first pick follow it there; as the session never served elsewhere, no
+// move is logged.
+func TestSessionFirstPickFails(t *testing.T) {
+	tp := newTestPool(t, PoolConfig{Strategy: "round-robin", WaitForUpstream: time.Millisecond}, nil, specs("a", "b", "c", "d")...)
+	req := Request{Addr: "example.com:443", Session: "f"}
+	ctx := context.Background()
+	a1, a2 := tp.NewAttempts(req), tp.NewAttempts(req)
+	e1, err := a1.Next(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e2, err := a2.Next(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e2 != e1 {
+		t.Fatalf("second request went to %s, want %s (the first pick's)", e2.Name, e1.Name)
+	}
+	refused := &health.Failure{Class: health.Refused, Stage: health.StageDial, Err: errors.New("connection refused")}
+	if err := a1.Failed(ctx, e1, refused); err != nil {
+		t.Fatal(err)
+	}
+	e3, err := a1.Next(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e3 == e1 {
+		t.Fatalf("retry went to %s again", e1.Name)
+	}
+	a1.Succeeded(e3)
+	tp.Release(e3)
+	if err := a2.Failed(ctx, e2, refused); err != nil {
+		t.Fatal(err)
+	}
+	e4, err := a2.Next(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a2.Succeeded(e4)
+	tp.Release(e4)
+	if e4 != e3 {
+		t.Errorf("the follower's retry went to %s, want %s (where the session moved)", e4.Name, e3.Name)
+	}
+	if key := tp.SessionKey("f"); key != e3.Key {
+		t.Errorf("session bound to %q, want %s", key, e3.Key)
+	}
+	if logs := tp.logs.String(); strings.Contains(logs, "session moved") {
+		t.Errorf("a move logged for a session that never served:\n%s", logs)
+	}
+}
