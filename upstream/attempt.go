@@ -146,10 +146,11 @@ type Lease struct {
 	// Setup is the time from the start of Dial to the established tunnel.
 	Setup time.Duration
 
-	pool  *Pool
-	epoch uint64 // health epoch when leased: stale outcomes only count
-	key   string // the request's host:port (Attempts.key)
-	done  atomic.Bool
+	pool    *Pool
+	epoch   uint64 // health epoch when leased: stale outcomes only count
+	key     string // the request's host:port (Attempts.key)
+	session string // the request's sticky session, held open until Done ("" for none)
+	done    atomic.Bool
 }
 
 // Fail reports a failure observed after the tunnel was established
@@ -165,10 +166,19 @@ func (l *Lease) Fail(f *health.Failure) {
 }
 
 // Done releases the lease. It does not close Conn. Calls after the first
-// are ignored, so the active count stays exact.
+// are ignored, so the active count stays exact. The lease's session, in
+// use while the tunnel was open, slides its TTL from now.
 func (l *Lease) Done() {
-	if l.done.CompareAndSwap(false, true) {
-		l.pool.release(l.Endpoint)
+	if !l.done.CompareAndSwap(false, true) {
+		return
+	}
+	p := l.pool
+	p.release(l.Endpoint)
+	if l.session == "" {
+		return
+	}
+	if key := p.sessions.release(l.session); key != "" && p.fleet != nil {
+		p.fleet.SessionBound(l.session, key, p.sessions.ttl())
 	}
 }
 
@@ -197,8 +207,9 @@ func (p *Pool) Dial(ctx context.Context, req Request) (*Lease, error) {
 		}
 		conn, err := e.DialContext(ctx, "tcp", req.Addr)
 		if err == nil {
-			a.Succeeded(e)
-			return &Lease{Conn: conn, Endpoint: e, Attempts: a.list, Setup: p.clock.Now().Sub(start), pool: p, epoch: p.tr.Epoch(e.rec), key: a.key}, nil
+			a.succeeded(e, true)
+			return &Lease{Conn: conn, Endpoint: e, Attempts: a.list, Setup: p.clock.Now().Sub(start), pool: p,
+				epoch: p.tr.Epoch(e.rec), key: a.key, session: req.Session}, nil
 		}
 		if stop := a.Failed(ctx, e, err); stop != nil {
 			return nil, stop
@@ -519,10 +530,14 @@ func (a *Attempts) viable(s *set, i int) bool {
 // was bound to another endpoint has moved, which is logged at info. In
 // fleet mode a new or moved binding (and a refresh, at most once per
 // ttl/4) is handed to the fleet, which queues it: nothing waits on Redis.
-func (a *Attempts) Succeeded(e *Endpoint) {
+func (a *Attempts) Succeeded(e *Endpoint) { a.succeeded(e, false) }
+
+// succeeded is Succeeded; with hold, a tunnel of the session stays open
+// on e until its Lease is done (the session does not expire meanwhile).
+func (a *Attempts) succeeded(e *Endpoint, hold bool) {
 	a.flushSlow()
 	a.p.tr.SuccessTarget(e.rec, a.key)
-	a.bindSession(e)
+	a.bindSession(e, hold)
 }
 
 // Answered is Succeeded for an answer that counts against e for its
@@ -533,11 +548,11 @@ func (a *Attempts) Succeeded(e *Endpoint) {
 // the report restarted both: every ban was a first ban.)
 func (a *Attempts) Answered(e *Endpoint) {
 	a.flushSlow()
-	a.bindSession(e)
+	a.bindSession(e, false)
 }
 
-func (a *Attempts) bindSession(e *Endpoint) {
-	from, moved, report := a.p.sessions.bind(a.req.Session, e)
+func (a *Attempts) bindSession(e *Endpoint, hold bool) {
+	from, moved, report := a.p.sessions.bind(a.req.Session, e, hold)
 	if moved {
 		a.p.log.Info().Str("session", a.req.Session).Str("from", from).Str("to", e.Name).Msg("session moved")
 	}

@@ -157,8 +157,9 @@ const (
 )
 
 // sessions maps sticky-session ids to the identity key of the endpoint
-// that serves them. An entry slides forward on each pick and success,
-// and expires after ttl without either. Keys (not *Endpoint) are stored
+// that serves them. An entry slides forward on each pick, success and
+// tunnel end, never expires while a tunnel of the session is open, and
+// expires after ttl without any of these. Keys (not *Endpoint) are stored
 // so that an entry survives a reload that rebuilds the endpoint values.
 //
 // A new session is bound at its first pick (claim), before the attempt
@@ -185,8 +186,13 @@ type sessionShard struct {
 type session struct {
 	key  string    // endpoint identity
 	name string    // endpoint name when bound, for the move log line
-	seen time.Time // last pick or success
+	seen time.Time // last pick, success or tunnel end
 	pub  time.Time // last report to the fleet (or from it): refreshes are throttled
+	// open counts the session's tunnels open now (Pool.Dial leases, any
+	// endpoint): while there is one the session is in use and does not
+	// expire (issue: with session_ttl 3s, a tunnel held 5s lost its
+	// session at 3s).
+	open int32
 	// prov is set while the binding is a pick's (claim) that no attempt
 	// has confirmed yet; from and fromKey then name the confirmed binding
 	// it replaced ("" for none), which the move log names once confirmed.
@@ -195,9 +201,10 @@ type session struct {
 	fromKey string
 }
 
-// expired reports whether x is past its ttl: unused for longer than ttl.
+// expired reports whether x is past its ttl: no tunnel open and unused
+// for longer than ttl.
 func (x *session) expired(now time.Time, ttl time.Duration) bool {
-	return now.Sub(x.seen) > ttl
+	return x.open <= 0 && now.Sub(x.seen) > ttl
 }
 
 // confirmed returns the name and key of the binding x stands for once
@@ -271,7 +278,7 @@ func (s *sessions) claim(id, expect string, e *Endpoint) string {
 	if !had {
 		s.makeRoom(sh, now)
 	}
-	x := session{key: e.Key, name: e.Name, seen: now, prov: true}
+	x := session{key: e.Key, name: e.Name, seen: now, open: old.open, prov: true}
 	if live {
 		x.from, x.fromKey = old.confirmed()
 		x.pub = old.pub
@@ -280,12 +287,13 @@ func (s *sessions) claim(id, expect string, e *Endpoint) string {
 	return e.Key
 }
 
-// bind records that e served id now (sliding the TTL). When id was bound
+// bind records that e served id now (sliding the TTL); with hold, a
+// tunnel of the session stays open on it until release. When id was bound
 // (and confirmed) to another live endpoint it returns that endpoint's name
 // and moved=true, for the caller to log after the lock is released.
 // report is true when the fleet should learn of the binding: it is new or
 // moved, or its last report is at least ttl/4 old.
-func (s *sessions) bind(id string, e *Endpoint) (from string, moved, report bool) {
+func (s *sessions) bind(id string, e *Endpoint, hold bool) (from string, moved, report bool) {
 	if id == "" {
 		return "", false, false
 	}
@@ -294,6 +302,10 @@ func (s *sessions) bind(id string, e *Endpoint) (from string, moved, report bool
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	old, had := sh.m[id]
+	var held int32
+	if hold {
+		held = 1
+	}
 	switch {
 	case !had:
 		s.makeRoom(sh, now)
@@ -308,6 +320,7 @@ func (s *sessions) bind(id string, e *Endpoint) (from string, moved, report bool
 			old.prov, old.from, old.fromKey, report = false, "", "", true
 		}
 		old.name, old.seen = e.Name, now
+		old.open += held
 		if report {
 			old.pub = now
 		}
@@ -317,9 +330,33 @@ func (s *sessions) bind(id string, e *Endpoint) (from string, moved, report bool
 		if name, key := old.confirmed(); key != "" && key != e.Key {
 			from, moved = name, true
 		}
+		held += old.open
 	}
-	sh.m[id] = session{key: e.Key, name: e.Name, seen: now, pub: now}
+	sh.m[id] = session{key: e.Key, name: e.Name, seen: now, pub: now, open: held}
 	return from, moved, true
+}
+
+// release ends the use of one tunnel of id that bind held: the session
+// slides from now. It returns the key to report to the fleet when the
+// binding is confirmed and its last report is at least ttl/4 old, else "".
+func (s *sessions) release(id string) (report string) {
+	now := s.clock.Now()
+	sh := s.shard(id)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	x, ok := sh.m[id]
+	if !ok {
+		return "" // evicted meanwhile
+	}
+	if x.open > 0 {
+		x.open--
+	}
+	x.seen = now
+	if !x.prov && now.Sub(x.pub) >= s.ttl()/4 {
+		x.pub, report = now, x.key
+	}
+	sh.m[id] = x
+	return report
 }
 
 // apply records a binding another instance reported: id is bound to key
@@ -348,11 +385,16 @@ func (s *sessions) apply(id, key, name string, left time.Duration, fill bool) {
 	case !had:
 		s.makeRoom(sh, now)
 	}
-	sh.m[id] = session{key: key, name: name, seen: seen, pub: seen}
+	sh.m[id] = session{key: key, name: name, seen: seen, pub: seen, open: old.open}
 }
 
+// sessionEvictTries is how many entries makeRoom looks at for one with no
+// tunnel open before it evicts any.
+const sessionEvictTries = 8
+
 // makeRoom sweeps sh's expired entries when a sweep is due, then evicts one
-// entry if sh is still full. Caller holds sh.mu.
+// entry if sh is still full, preferably one with no tunnel open. Caller
+// holds sh.mu.
 func (s *sessions) makeRoom(sh *sessionShard, now time.Time) {
 	if now.Sub(sh.lastSweep) >= min(s.ttl(), sessionSweepEvery) {
 		for k, x := range sh.m {
@@ -363,10 +405,16 @@ func (s *sessions) makeRoom(sh *sessionShard, now time.Time) {
 		sh.lastSweep = now
 	}
 	if len(sh.m) >= max(s.max/sessionShards, 1) {
-		for k := range sh.m { // map order is unspecified: an arbitrary victim
-			delete(sh.m, k)
-			break
+		victim, tries := "", 0
+		for k, x := range sh.m { // map order is unspecified: an arbitrary victim
+			if victim == "" || x.open <= 0 {
+				victim = k
+			}
+			if tries++; x.open <= 0 || tries >= sessionEvictTries {
+				break
+			}
 		}
+		delete(sh.m, victim)
 	}
 }
 

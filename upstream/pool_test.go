@@ -184,14 +184,14 @@ func TestSessionMemoryBounded(t *testing.T) {
 	ss := newSessions(time.Minute, 1000, clock)
 	e := &Endpoint{Name: "a", Key: "socks5://a:1"}
 	for i := 0; i < ss.max+10; i++ {
-		ss.bind(fmt.Sprint(i), e)
+		ss.bind(fmt.Sprint(i), e, false)
 	}
 	if n := ss.len(); n > ss.max {
 		t.Fatalf("%d sessions held, cap %d", n, ss.max)
 	}
 	clock.Advance(2 * time.Minute) // all expired, and a sweep is due in every shard
 	for i := 0; i < 200; i++ {
-		ss.bind(fmt.Sprint("fresh", i), e)
+		ss.bind(fmt.Sprint("fresh", i), e, false)
 	}
 	if n := ss.len(); n != 200 {
 		t.Errorf("%d sessions after the sweep, want the 200 fresh ones", n)

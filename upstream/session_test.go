@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/rotor-proxy/rotor/health"
+	"github.com/rotor-proxy/rotor/health/healthtest"
+	"github.com/rotor-proxy/rotor/upstream/upstreamtest"
 )
 
 // TestSessionFirstRequestsShareUpstream: requests of a new session that
@@ -112,5 +114,59 @@ func TestSessionFirstPickFails(t *testing.T) {
 	}
 	if logs := tp.logs.String(); strings.Contains(logs, "session moved") {
 		t.Errorf("a move logged for a session that never served:\n%s", logs)
+	}
+}
+
+// TestSessionInUseDoesNotExpire: a session with a tunnel open keeps its
+// upstream however long the tunnel lasts, and its TTL slides from the
+// tunnel's end. Issue: with session_ttl 3s, a session bound and its
+// CONNECT tunnel held 5s, a second request at 4s (tunnel still open) went
+// to another upstream.
+func TestSessionInUseDoesNotExpire(t *testing.T) {
+	target := upstreamtest.NewTarget(t)
+	var sp []Spec
+	for _, n := range []string{"a", "b", "c"} {
+		sp = append(sp, fakeSpec(n, upstreamtest.NewSOCKS5(t, upstreamtest.Options{})))
+	}
+	clock := healthtest.NewClock(time.Time{})
+	ttl := 3 * time.Second
+	tp := newTestPool(t, PoolConfig{Strategy: "round-robin", SessionTTL: ttl, WaitForUpstream: time.Millisecond}, clock, sp...)
+	ff := &fakeFleet{}
+	tp.SetFleet(ff)
+	ctx := context.Background()
+	req := Request{Addr: target.Addr(), Session: "long"}
+	dial := func() *Lease {
+		t.Helper()
+		l, err := tp.Dial(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Conn.Close() })
+		return l
+	}
+	l1 := dial()
+	home := l1.Endpoint
+	clock.Advance(4 * time.Second) // past the TTL, the tunnel still open
+	if key := tp.SessionKey("long"); key != home.Key {
+		t.Fatalf("with its tunnel open the session is bound to %q, want %s", key, home.Key)
+	}
+	l2 := dial()
+	if l2.Endpoint != home {
+		t.Fatalf("second request at 4s went to %s, want %s", l2.Endpoint.Name, home.Name)
+	}
+	l2.Done()
+	clock.Advance(time.Second)
+	reports := ff.count()
+	l1.Done() // t = 5s: the last use ends
+	if n := ff.count(); n != reports+1 || ff.binds[n-1] != "long="+home.Key {
+		t.Errorf("at the tunnel's end the fleet heard %v, want the binding refreshed", ff.binds)
+	}
+	clock.Advance(ttl - 100*time.Millisecond)
+	if key := tp.SessionKey("long"); key != home.Key {
+		t.Fatalf("%s after the tunnel closed the session is bound to %q, want %s", ttl-100*time.Millisecond, key, home.Key)
+	}
+	clock.Advance(200 * time.Millisecond)
+	if key := tp.SessionKey("long"); key != "" {
+		t.Errorf("the session outlived its TTL after its last use: bound to %q", key)
 	}
 }
