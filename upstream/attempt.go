@@ -19,8 +19,9 @@ import (
 var ErrNoEligible = errors.New("no eligible upstream")
 
 // NoEligibleError is the ErrNoEligible of a request restricted by tags,
-// or to a host some upstreams are banned for: it says so, so the client
-// learns why (errors.Is(err, ErrNoEligible) holds).
+// to a host some upstreams are banned for, or that found upstreams
+// eligible but at their limits: it says so, so the client learns why
+// (errors.Is(err, ErrNoEligible) holds).
 type NoEligibleError struct {
 	Tags []string
 	// Matching is how many endpoints of the set carry every tag (0: no
@@ -31,6 +32,11 @@ type NoEligibleError struct {
 	// target_http_error, retry status or refusal of it started).
 	Host        string
 	HostCooling int
+	// AtMaxConns and AtRate count the matching endpoints that are
+	// eligible (the admin API says so) but were at their max_conns, or
+	// out of rate tokens, when the wait expired.
+	AtMaxConns int
+	AtRate     int
 }
 
 func (e *NoEligibleError) Error() string {
@@ -42,9 +48,30 @@ func (e *NoEligibleError) Error() string {
 	if len(e.Tags) > 0 {
 		what += " with tags " + tags
 	}
+	busy := e.AtMaxConns + e.AtRate
+	limit := "max_conns or rate limit"
+	switch {
+	case e.AtRate == 0:
+		limit = "max_conns"
+	case e.AtMaxConns == 0:
+		limit = "rate limit"
+	}
 	if e.HostCooling > 0 {
-		return fmt.Sprintf("no eligible upstream for %s: %d of %s are cooling for this host only (it refused or banned them), the rest are out",
+		msg := fmt.Sprintf("no eligible upstream for %s: %d of %s are cooling for this host only (it refused or banned them)",
 			e.Host, e.HostCooling, what)
+		if busy > 0 {
+			msg += fmt.Sprintf(", %d are at their %s", busy, limit)
+		}
+		if e.HostCooling+busy < e.Matching {
+			msg += ", the rest are out"
+		}
+		return msg
+	}
+	switch {
+	case busy > 0 && busy == e.Matching:
+		return fmt.Sprintf("no eligible upstream: %s are eligible but all at their %s", what, limit)
+	case busy > 0:
+		return fmt.Sprintf("no eligible upstream: %d of %s are eligible but at their %s, the rest are out", busy, what, limit)
 	}
 	return fmt.Sprintf("no eligible upstream: none of %s is eligible", what)
 }
@@ -119,10 +146,11 @@ type Lease struct {
 	// Setup is the time from the start of Dial to the established tunnel.
 	Setup time.Duration
 
-	pool  *Pool
-	epoch uint64 // health epoch when leased: stale outcomes only count
-	key   string // the request's host:port (Attempts.key)
-	done  atomic.Bool
+	pool    *Pool
+	epoch   uint64 // health epoch when leased: stale outcomes only count
+	key     string // the request's host:port (Attempts.key)
+	session string // the request's sticky session, held open until Done ("" for none)
+	done    atomic.Bool
 }
 
 // Fail reports a failure observed after the tunnel was established
@@ -138,10 +166,19 @@ func (l *Lease) Fail(f *health.Failure) {
 }
 
 // Done releases the lease. It does not close Conn. Calls after the first
-// are ignored, so the active count stays exact.
+// are ignored, so the active count stays exact. The lease's session, in
+// use while the tunnel was open, slides its TTL from now.
 func (l *Lease) Done() {
-	if l.done.CompareAndSwap(false, true) {
-		l.pool.release(l.Endpoint)
+	if !l.done.CompareAndSwap(false, true) {
+		return
+	}
+	p := l.pool
+	p.release(l.Endpoint)
+	if l.session == "" {
+		return
+	}
+	if key := p.sessions.release(l.session); key != "" && p.fleet != nil {
+		p.fleet.SessionBound(l.session, key, p.sessions.ttl())
 	}
 }
 
@@ -170,8 +207,9 @@ func (p *Pool) Dial(ctx context.Context, req Request) (*Lease, error) {
 		}
 		conn, err := e.DialContext(ctx, "tcp", req.Addr)
 		if err == nil {
-			a.Succeeded(e)
-			return &Lease{Conn: conn, Endpoint: e, Attempts: a.list, Setup: p.clock.Now().Sub(start), pool: p, epoch: p.tr.Epoch(e.rec), key: a.key}, nil
+			a.succeeded(e, true)
+			return &Lease{Conn: conn, Endpoint: e, Attempts: a.list, Setup: p.clock.Now().Sub(start), pool: p,
+				epoch: p.tr.Epoch(e.rec), key: a.key, session: req.Session}, nil
 		}
 		if stop := a.Failed(ctx, e, err); stop != nil {
 			return nil, stop
@@ -204,8 +242,10 @@ type Attempts struct {
 	// invalid is set when req.Addr cannot be sent to any upstream; Next
 	// returns it before picking one.
 	invalid error
-	list    []Attempt
-	tried   []*Endpoint
+	// tagKey names req.Tags' set (see tagSet).
+	tagKey string
+	list   []Attempt
+	tried  []*Endpoint
 	// rateWait is the shortest time until a rate-limited endpoint refused
 	// by the last pick has a token again (0: none was).
 	rateWait  time.Duration
@@ -248,7 +288,7 @@ func (a *Attempts) flushSlow() {
 // picked: the client's fault, reported to no record.
 func (p *Pool) NewAttempts(req Request) *Attempts {
 	cfg := p.Config()
-	a := &Attempts{p: p, cfg: cfg, req: req, host: req.Host(), tried: make([]*Endpoint, 0, cfg.MaxAttempts)}
+	a := &Attempts{p: p, cfg: cfg, req: req, host: req.Host(), tagKey: tagKey(req.Tags), tried: make([]*Endpoint, 0, cfg.MaxAttempts)}
 	host, port, err := checkTarget(req.Addr)
 	if err != nil {
 		a.invalid = &health.Failure{Class: health.TargetUnreachable, Stage: health.StageTargetConnect, Err: err}
@@ -258,19 +298,22 @@ func (p *Pool) NewAttempts(req Request) *Attempts {
 	return a
 }
 
-// tagKey names the request's tag set for round-robin's cursors: the tags
-// sorted, without duplicates ("" for none).
-func (a *Attempts) tagKey() string {
-	switch len(a.req.Tags) {
+// tagKey names a tag set, for its view and its round-robin cursor: the
+// tags sorted, without duplicates ("" for none).
+func tagKey(tags []string) string {
+	switch len(tags) {
 	case 0:
 		return ""
 	case 1:
-		return a.req.Tags[0]
+		return tags[0]
 	}
-	t := slices.Clone(a.req.Tags)
+	t := slices.Clone(tags)
 	slices.Sort(t)
 	return strings.Join(slices.Compact(t), "\x00")
 }
+
+// tagSet returns the request's tags and their key (see admitter).
+func (a *Attempts) tagSet() ([]string, string) { return a.req.Tags, a.tagKey }
 
 // canonicalTarget returns addr as "host:port" with a lower-case host, the
 // port without leading zeros and brackets exactly around IPv6 literals:
@@ -293,7 +336,8 @@ func (a *Attempts) List() []Attempt { return a.list }
 // It waits for an eligible endpoint when none has been tried yet; when the
 // wait expires it returns ErrNoEligible (a *NoEligibleError naming the tags
 // when the request has some); an *AttemptsError when attempts ran out or no
-// untried endpoint is left.
+// untried endpoint is left. A request for tags no endpoint carries gets
+// its *NoEligibleError (Matching 0) at once, without waiting.
 func (a *Attempts) Next(ctx context.Context) (e *Endpoint, err error) {
 	if a.invalid != nil {
 		return nil, a.invalid
@@ -323,6 +367,12 @@ func (a *Attempts) Next(ctx context.Context) (e *Endpoint, err error) {
 		if len(a.tried) > 0 {
 			break
 		}
+		if len(a.req.Tags) > 0 && len(p.set.Load().viewOf(a).idx) == 0 {
+			// No upstream carries these tags: no state change can help,
+			// only a reload, and waiting wait_for_upstream for one tells
+			// the client nothing it cannot be told now.
+			return nil, &NoEligibleError{Tags: a.req.Tags}
+		}
 		if !registered {
 			// Ask releases to signal from now on, then pick once more:
 			// a slot freed before the registration is seen by that pick.
@@ -347,22 +397,43 @@ func (a *Attempts) Next(ctx context.Context) (e *Endpoint, err error) {
 	return nil, &AttemptsError{Attempts: a.list}
 }
 
-// noEligible explains an expired wait (err): the tags asked for, and the
-// upstreams that are only cooling for this host. Without either it
-// returns err. It walks the pool once, after the client waited.
+// noEligible explains an expired wait (err): the tags asked for, the
+// upstreams that are only cooling for this host, and those eligible but
+// at their max_conns or rate limit. Without any of these it returns err.
+// It walks the request's view (the pool, without tags) once, after the
+// client waited.
 func (a *Attempts) noEligible(err error) error {
+	p, s := a.p, a.p.set.Load()
 	host := a.req.Host()
 	ne := &NoEligibleError{Tags: a.req.Tags, Host: host}
-	for _, e := range a.p.Endpoints() {
+	share := p.share.Load()
+	count := func(e *Endpoint) {
 		if !e.HasTags(a.req.Tags) {
-			continue
+			return
 		}
 		ne.Matching++
-		if e.rec != nil && host != "" && a.p.tr.Eligible(e.rec) && a.p.tr.TargetCooling(e.rec, host) {
+		if e.rec == nil || !p.tr.Eligible(e.rec) {
+			return
+		}
+		switch {
+		case host != "" && p.tr.TargetCooling(e.rec, host):
 			ne.HostCooling++
+		case e.MaxConns > 0 && e.ld.active.Load() >= connShare(int64(e.MaxConns), share):
+			ne.AtMaxConns++
+		case e.limit != nil && !e.limit.ready(share):
+			ne.AtRate++
 		}
 	}
-	if len(ne.Tags) == 0 && ne.HostCooling == 0 {
+	if list := s.viewOf(a).restricted(); list != nil {
+		for _, i := range list {
+			count(s.eps[i])
+		}
+	} else {
+		for _, e := range s.eps {
+			count(e)
+		}
+	}
+	if len(ne.Tags) == 0 && ne.HostCooling == 0 && ne.AtMaxConns+ne.AtRate == 0 {
 		return err
 	}
 	return ne
@@ -428,15 +499,45 @@ func (a *Attempts) admit(s *set, i int) bool {
 	return true
 }
 
+// viable is admit without its reservations (see admitter): false only
+// where admit refuses for sure (not eligible, tried, without the tags, at
+// max_conns, cooling for the host). A rate token or a slow-start slot is
+// left for admit to find.
+func (a *Attempts) viable(s *set, i int) bool {
+	p := a.p
+	h := &s.hot[i]
+	open, known := h.gate.Known()
+	if known && !open {
+		return false
+	}
+	e, ld := s.eps[i], s.lds[i]
+	for _, t := range a.tried {
+		if t.ld == ld {
+			return false
+		}
+	}
+	if len(a.req.Tags) > 0 && !e.HasTags(a.req.Tags) {
+		return false
+	}
+	if m := connShare(int64(h.maxConns), p.share.Load()); m > 0 && ld.active.Load() >= m {
+		return false
+	}
+	return known || p.tr.Eligible(e.rec) && !p.tr.TargetCooling(e.rec, a.host)
+}
+
 // Succeeded reports a successful attempt on e (which stays active). With a
 // session id the session is bound to e (its TTL slides); a session that
 // was bound to another endpoint has moved, which is logged at info. In
 // fleet mode a new or moved binding (and a refresh, at most once per
 // ttl/4) is handed to the fleet, which queues it: nothing waits on Redis.
-func (a *Attempts) Succeeded(e *Endpoint) {
+func (a *Attempts) Succeeded(e *Endpoint) { a.succeeded(e, false) }
+
+// succeeded is Succeeded; with hold, a tunnel of the session stays open
+// on e until its Lease is done (the session does not expire meanwhile).
+func (a *Attempts) succeeded(e *Endpoint, hold bool) {
 	a.flushSlow()
 	a.p.tr.SuccessTarget(e.rec, a.key)
-	a.bindSession(e)
+	a.bindSession(e, hold)
 }
 
 // Answered is Succeeded for an answer that counts against e for its
@@ -447,11 +548,11 @@ func (a *Attempts) Succeeded(e *Endpoint) {
 // the report restarted both: every ban was a first ban.)
 func (a *Attempts) Answered(e *Endpoint) {
 	a.flushSlow()
-	a.bindSession(e)
+	a.bindSession(e, false)
 }
 
-func (a *Attempts) bindSession(e *Endpoint) {
-	from, moved, report := a.p.sessions.bind(a.req.Session, e)
+func (a *Attempts) bindSession(e *Endpoint, hold bool) {
+	from, moved, report := a.p.sessions.bind(a.req.Session, e, hold)
 	if moved {
 		a.p.log.Info().Str("session", a.req.Session).Str("from", from).Str("to", e.Name).Msg("session moved")
 	}
@@ -563,18 +664,41 @@ func (e *Endpoint) DialContext(ctx context.Context, network, addr string) (net.C
 // pick selects an endpoint a admits and reserves it: the session's
 // endpoint while it is admitted, else the strategy's choice. A session
 // whose endpoint is not admitted (cooling, banned for this host,
-// saturated, already tried) gets the strategy's choice, and Succeeded
-// moves the session there for good.
+// saturated, already tried) gets the strategy's choice, and is bound to it
+// at once, provisionally (see sessions), so that the session's requests
+// starting meanwhile follow; Succeeded confirms the move (and logs it). A
+// pick that lost that race to another request of the session follows the
+// winner when it admits it: its own choice is released, its rate token
+// given back (a slow-start slot it took stays used).
 func (p *Pool) pick(a *Attempts) *Endpoint {
 	s := p.set.Load()
-	if a.req.Session != "" {
-		if key := p.sessions.lookup(a.req.Session); key != "" {
-			if i, ok := s.byKey[key]; ok && a.admit(s, i) {
-				return s.eps[i]
-			}
+	st := p.settings.Load().strategy
+	id := a.req.Session
+	if id == "" {
+		return st.pick(s, a)
+	}
+	key := p.sessions.follow(id)
+	if key != "" {
+		if i, ok := s.byKey[key]; ok && a.admit(s, i) {
+			return s.eps[i]
 		}
 	}
-	return p.settings.Load().strategy.pick(s, a)
+	e := st.pick(s, a)
+	if e == nil {
+		return nil
+	}
+	win := p.sessions.claim(id, key, e)
+	if win == e.Key {
+		return e
+	}
+	if i, ok := s.byKey[win]; ok && a.admit(s, i) {
+		p.release(e)
+		if e.limit != nil {
+			e.limit.refund(p.share.Load())
+		}
+		return s.eps[i]
+	}
+	return e
 }
 
 // wait blocks until the tracker signals a change, a slot frees, a rate

@@ -83,6 +83,37 @@ func BenchmarkPick(b *testing.B) {
 	}
 }
 
+// BenchmarkPickTagged is BenchmarkPick for a request with a tag that 1
+// in 10 of 100,000 endpoints carry (its view: 10,000), every one eligible.
+func BenchmarkPickTagged(b *testing.B) {
+	for _, st := range benchStrategies {
+		b.Run(st, func(b *testing.B) {
+			sp := make([]Spec, 100_000)
+			for i := range sp {
+				sp[i] = Spec{URL: &url.URL{Scheme: "socks5", Host: fmt.Sprintf("10.%d.%d.%d:1080", i>>16&255, i>>8&255, i&255)},
+					Weight: 1 + i%3}
+				if i%10 == 3 {
+					sp[i].Tags = []string{"t"}
+				}
+			}
+			tp := newTestPool(b, PoolConfig{Strategy: st}, nil, sp...)
+			a := tp.NewAttempts(Request{Addr: "example.com:443", Tags: []string{"t"}})
+			b.ReportAllocs()
+			lockThread()
+			defer unlockThread()
+			cpu := threadCPU()
+			for b.Loop() {
+				e := tp.pick(a)
+				if e == nil {
+					b.Fatal("no pick")
+				}
+				tp.release(e)
+			}
+			reportCPU(b, cpu)
+		})
+	}
+}
+
 // BenchmarkPickParallel is BenchmarkPick from every core at once at
 // 100,000 endpoints (shared cursor, shared counters).
 func BenchmarkPickParallel(b *testing.B) {

@@ -65,6 +65,16 @@ func (r *rateLimiter) take(share int64) (bool, time.Duration) {
 	return false, max(wait, time.Millisecond)
 }
 
+// ready reports whether take would succeed now, without taking a token.
+func (r *rateLimiter) ready(share int64) bool {
+	rate, burst := r.share(share)
+	now := r.clock.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.refill(now, rate, burst)
+	return r.tokens >= 1
+}
+
 // refund gives back a token taken by a pick that a later check refused,
 // so the refusal does not cost the endpoint a tunnel of its rate.
 func (r *rateLimiter) refund(share int64) {
@@ -147,9 +157,17 @@ const (
 )
 
 // sessions maps sticky-session ids to the identity key of the endpoint
-// that serves them. An entry slides forward on each successful use and
-// expires after ttl without one. Keys (not *Endpoint) are stored so that an
-// entry survives a reload that rebuilds the endpoint values.
+// that serves them. An entry slides forward on each pick, success and
+// tunnel end, never expires while a tunnel of the session is open, and
+// expires after ttl without any of these. Keys (not *Endpoint) are stored
+// so that an entry survives a reload that rebuilds the endpoint values.
+//
+// A new session is bound at its first pick (claim), before the attempt
+// succeeds: its requests that start meanwhile follow that binding instead
+// of each picking its own upstream (issue: eight parallel first requests
+// went out through four). Such a binding is provisional until an attempt
+// on it succeeds (bind); if the attempt fails, the retry's pick moves it,
+// as a failure moves any session.
 type sessions struct {
 	ttlNs  atomic.Int64 // time.Duration; changed by a reload
 	max    int          // entries held at most, all shards together
@@ -166,10 +184,36 @@ type sessionShard struct {
 }
 
 type session struct {
-	key  string // endpoint identity
-	name string // endpoint name when bound, for the move log line
-	seen time.Time
+	key  string    // endpoint identity
+	name string    // endpoint name when bound, for the move log line
+	seen time.Time // last pick, success or tunnel end
 	pub  time.Time // last report to the fleet (or from it): refreshes are throttled
+	// open counts the session's tunnels open now (Pool.Dial leases, any
+	// endpoint): while there is one the session is in use and does not
+	// expire (issue: with session_ttl 3s, a tunnel held 5s lost its
+	// session at 3s).
+	open int32
+	// prov is set while the binding is a pick's (claim) that no attempt
+	// has confirmed yet; from and fromKey then name the confirmed binding
+	// it replaced ("" for none), which the move log names once confirmed.
+	prov    bool
+	from    string
+	fromKey string
+}
+
+// expired reports whether x is past its ttl: no tunnel open and unused
+// for longer than ttl.
+func (x *session) expired(now time.Time, ttl time.Duration) bool {
+	return x.open <= 0 && now.Sub(x.seen) > ttl
+}
+
+// confirmed returns the name and key of the binding x stands for once
+// confirmed: x's own, or for a provisional x the one it replaced.
+func (x *session) confirmed() (name, key string) {
+	if x.prov {
+		return x.from, x.fromKey
+	}
+	return x.name, x.key
 }
 
 func newSessions(ttl time.Duration, max int, clock health.Clock) *sessions {
@@ -189,7 +233,12 @@ func (s *sessions) shard(id string) *sessionShard {
 
 // lookup returns the identity key bound to id, or "" when id is empty,
 // unknown or expired.
-func (s *sessions) lookup(id string) string {
+func (s *sessions) lookup(id string) string { return s.get(id, false) }
+
+// follow is lookup for a pick of the session: a live binding slides.
+func (s *sessions) follow(id string) string { return s.get(id, true) }
+
+func (s *sessions) get(id string, use bool) string {
 	if id == "" {
 		return ""
 	}
@@ -201,19 +250,50 @@ func (s *sessions) lookup(id string) string {
 	if !ok {
 		return ""
 	}
-	if now.Sub(x.seen) > s.ttl() {
+	if x.expired(now, s.ttl()) {
 		delete(sh.m, id)
 		return ""
+	}
+	if use {
+		x.seen = now
+		sh.m[id] = x
 	}
 	return x.key
 }
 
-// bind records that e served id now (sliding the TTL). When id was bound
-// to another live endpoint it returns that endpoint's name and moved=true,
-// for the caller to log after the lock is released. report is true when
-// the fleet should learn of the binding: it is new or moved, or its last
-// report is at least ttl/4 old.
-func (s *sessions) bind(id string, e *Endpoint) (from string, moved, report bool) {
+// claim binds id to e provisionally for a pick that found id bound to
+// expect ("" for unbound) and could not use that: unless the binding has
+// changed meanwhile (another request of the session claimed or moved it),
+// id is now bound to e. It returns the key id is bound to afterwards.
+func (s *sessions) claim(id, expect string, e *Endpoint) string {
+	now := s.clock.Now()
+	sh := s.shard(id)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	old, had := sh.m[id]
+	live := had && !old.expired(now, s.ttl())
+	if live && old.key != expect {
+		return old.key
+	}
+	if !had {
+		s.makeRoom(sh, now)
+	}
+	x := session{key: e.Key, name: e.Name, seen: now, open: old.open, prov: true}
+	if live {
+		x.from, x.fromKey = old.confirmed()
+		x.pub = old.pub
+	}
+	sh.m[id] = x
+	return e.Key
+}
+
+// bind records that e served id now (sliding the TTL); with hold, a
+// tunnel of the session stays open on it until release. When id was bound
+// (and confirmed) to another live endpoint it returns that endpoint's name
+// and moved=true, for the caller to log after the lock is released.
+// report is true when the fleet should learn of the binding: it is new or
+// moved, or its last report is at least ttl/4 old.
+func (s *sessions) bind(id string, e *Endpoint, hold bool) (from string, moved, report bool) {
 	if id == "" {
 		return "", false, false
 	}
@@ -222,24 +302,61 @@ func (s *sessions) bind(id string, e *Endpoint) (from string, moved, report bool
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	old, had := sh.m[id]
+	var held int32
+	if hold {
+		held = 1
+	}
 	switch {
 	case !had:
 		s.makeRoom(sh, now)
 	case old.key == e.Key:
-		if old.name == e.Name {
-			// The common case: slide the TTL in place, no new strings.
-			old.seen = now
-			if report = now.Sub(old.pub) >= s.ttl()/4; report {
-				old.pub = now
+		// The common case: slide the TTL in place.
+		report = now.Sub(old.pub) >= s.ttl()/4
+		if old.prov {
+			// The first success on a pick's binding confirms it.
+			if old.fromKey != "" && old.fromKey != e.Key {
+				from, moved = old.from, true
 			}
-			sh.m[id] = old
-			return "", false, report
+			old.prov, old.from, old.fromKey, report = false, "", "", true
 		}
-	case now.Sub(old.seen) <= s.ttl():
-		from, moved = old.name, true
+		old.name, old.seen = e.Name, now
+		old.open += held
+		if report {
+			old.pub = now
+		}
+		sh.m[id] = old
+		return from, moved, report
+	case !old.expired(now, s.ttl()):
+		if name, key := old.confirmed(); key != "" && key != e.Key {
+			from, moved = name, true
+		}
+		held += old.open
 	}
-	sh.m[id] = session{key: e.Key, name: e.Name, seen: now, pub: now}
+	sh.m[id] = session{key: e.Key, name: e.Name, seen: now, pub: now, open: held}
 	return from, moved, true
+}
+
+// release ends the use of one tunnel of id that bind held: the session
+// slides from now. It returns the key to report to the fleet when the
+// binding is confirmed and its last report is at least ttl/4 old, else "".
+func (s *sessions) release(id string) (report string) {
+	now := s.clock.Now()
+	sh := s.shard(id)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	x, ok := sh.m[id]
+	if !ok {
+		return "" // evicted meanwhile
+	}
+	if x.open > 0 {
+		x.open--
+	}
+	x.seen = now
+	if !x.prov && now.Sub(x.pub) >= s.ttl()/4 {
+		x.pub, report = now, x.key
+	}
+	sh.m[id] = x
+	return report
 }
 
 // apply records a binding another instance reported: id is bound to key
@@ -253,7 +370,7 @@ func (s *sessions) apply(id, key, name string, left time.Duration, fill bool) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	old, had := sh.m[id]
-	live := had && now.Sub(old.seen) <= ttl
+	live := had && !old.expired(now, ttl)
 	switch {
 	case live && fill:
 		return
@@ -262,30 +379,42 @@ func (s *sessions) apply(id, key, name string, left time.Duration, fill bool) {
 			old.seen = seen
 		}
 		old.pub = now // the fleet has just heard of it: no need to report it again soon
+		old.prov, old.from, old.fromKey = false, "", ""
 		sh.m[id] = old
 		return
 	case !had:
 		s.makeRoom(sh, now)
 	}
-	sh.m[id] = session{key: key, name: name, seen: seen, pub: seen}
+	sh.m[id] = session{key: key, name: name, seen: seen, pub: seen, open: old.open}
 }
 
+// sessionEvictTries is how many entries makeRoom looks at for one with no
+// tunnel open before it evicts any.
+const sessionEvictTries = 8
+
 // makeRoom sweeps sh's expired entries when a sweep is due, then evicts one
-// entry if sh is still full. Caller holds sh.mu.
+// entry if sh is still full, preferably one with no tunnel open. Caller
+// holds sh.mu.
 func (s *sessions) makeRoom(sh *sessionShard, now time.Time) {
 	if now.Sub(sh.lastSweep) >= min(s.ttl(), sessionSweepEvery) {
 		for k, x := range sh.m {
-			if now.Sub(x.seen) > s.ttl() {
+			if x.expired(now, s.ttl()) {
 				delete(sh.m, k)
 			}
 		}
 		sh.lastSweep = now
 	}
 	if len(sh.m) >= max(s.max/sessionShards, 1) {
-		for k := range sh.m { // map order is unspecified: an arbitrary victim
-			delete(sh.m, k)
-			break
+		victim, tries := "", 0
+		for k, x := range sh.m { // map order is unspecified: an arbitrary victim
+			if victim == "" || x.open <= 0 {
+				victim = k
+			}
+			if tries++; x.open <= 0 || tries >= sessionEvictTries {
+				break
+			}
 		}
+		delete(sh.m, victim)
 	}
 }
 

@@ -184,14 +184,14 @@ func TestSessionMemoryBounded(t *testing.T) {
 	ss := newSessions(time.Minute, 1000, clock)
 	e := &Endpoint{Name: "a", Key: "socks5://a:1"}
 	for i := 0; i < ss.max+10; i++ {
-		ss.bind(fmt.Sprint(i), e)
+		ss.bind(fmt.Sprint(i), e, false)
 	}
 	if n := ss.len(); n > ss.max {
 		t.Fatalf("%d sessions held, cap %d", n, ss.max)
 	}
 	clock.Advance(2 * time.Minute) // all expired, and a sweep is due in every shard
 	for i := 0; i < 200; i++ {
-		ss.bind(fmt.Sprint("fresh", i), e)
+		ss.bind(fmt.Sprint("fresh", i), e, false)
 	}
 	if n := ss.len(); n != 200 {
 		t.Errorf("%d sessions after the sweep, want the 200 fresh ones", n)
@@ -552,5 +552,90 @@ func TestRedactNeverShowsPasswords(t *testing.T) {
 		if err := ValidateURL(u); err != nil && strings.Contains(err.Error(), "secret") {
 			t.Errorf("ValidateURL(%s) echoes the password: %v", tc.raw, err)
 		}
+	}
+}
+
+// TestTagsNobodyHasFailAtOnce: a request for tags no upstream carries is
+// told so at once, not after wait_for_upstream (here an hour on a clock
+// that never moves). Issue: the client waited the full 10s although the
+// log already said "no upstream has tags x".
+func TestTagsNobodyHasFailAtOnce(t *testing.T) {
+	clock := healthtest.NewClock(time.Time{})
+	sp := specs("us-1", "de")
+	sp[0].Tags, sp[1].Tags = []string{"us"}, []string{"de"}
+	tp := newTestPool(t, PoolConfig{WaitForUpstream: time.Hour}, clock, sp...)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second) // a guard only: the old code waited
+	defer cancel()
+	for _, tags := range [][]string{{"x"}, {"us", "de"}} {
+		_, err := tp.NewAttempts(Request{Addr: "example.com:443", Tags: tags}).Next(ctx)
+		var ne *NoEligibleError
+		if !errors.As(err, &ne) || ne.Matching != 0 || !errors.Is(err, ErrNoEligible) {
+			t.Fatalf("tags %v: err = %v, want a *NoEligibleError with Matching 0", tags, err)
+		}
+		if want := "no upstream has tags " + strings.Join(tags, ","); !strings.Contains(err.Error(), want) {
+			t.Errorf("tags %v: err = %q, want it to say %q", tags, err, want)
+		}
+	}
+	// Tags an upstream has, none of it eligible: the request still waits
+	// (a probe may readmit it), until the wait or the client ends.
+	tp.disable(t, "de")
+	short, cancel2 := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel2()
+	if _, err := tp.NewAttempts(Request{Addr: "example.com:443", Tags: []string{"de"}}).Next(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("tags de (configured, disabled): err = %v, want it to wait until the client gives up", err)
+	}
+}
+
+// TestNoEligibleNamesLimits: when the upstreams a request may use are
+// eligible but at their max_conns or rate limit, the error says so.
+// Issue: the client got "none of the 2 upstreams with tags res is
+// eligible" while /api/upstreams showed both eligible.
+func TestNoEligibleNamesLimits(t *testing.T) {
+	sp := specs("res-1", "res-2", "res-3", "other")
+	for i := range sp[:3] {
+		sp[i].Tags = []string{"res"}
+	}
+	sp[0].MaxConns, sp[1].MaxConns = 1, 1
+	sp[2].Rate = 0.001 // one token, the next in 1000s
+	sp[3].MaxConns = 1
+	tp := newTestPool(t, PoolConfig{WaitForUpstream: 20 * time.Millisecond}, nil, sp...)
+	next := func(tags ...string) error {
+		t.Helper()
+		e, err := tp.NewAttempts(Request{Addr: "example.com:443", Tags: tags}).Next(t.Context())
+		if err == nil {
+			tp.Release(e)
+			t.Fatalf("tags %v: picked %s, want none", tags, e.Name)
+		}
+		if !errors.Is(err, ErrNoEligible) {
+			t.Fatalf("tags %v: err = %v, want ErrNoEligible", tags, err)
+		}
+		return err
+	}
+	t.Cleanup(tp.hold(t, "res-1", 1))
+	t.Cleanup(tp.hold(t, "res-2", 1))
+	t.Cleanup(tp.hold(t, "other", 1))
+	if got := tp.use(t, Request{Addr: "example.com:443", Tags: []string{"res"}}); got != "res-3" {
+		t.Fatalf("first pick %q, want res-3 (its one rate token)", got)
+	}
+	tests := []struct {
+		name string
+		do   func()
+		tags []string
+		want string
+	}{
+		{"max_conns and rate", nil, []string{"res"},
+			"no eligible upstream: the 3 upstreams with tags res are eligible but all at their max_conns or rate limit"},
+		{"max_conns, untagged", func() { tp.disable(t, "res-1"); tp.disable(t, "res-2"); tp.disable(t, "res-3") }, nil,
+			"no eligible upstream: 1 of the 4 upstreams are eligible but at their max_conns, the rest are out"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.do != nil {
+				tc.do()
+			}
+			if err := next(tc.tags...); err.Error() != tc.want {
+				t.Errorf("err = %q\nwant  %q", err, tc.want)
+			}
+		})
 	}
 }

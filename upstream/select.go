@@ -33,6 +33,8 @@ type set struct {
 	mass  int64    // Σ members × cap over the classes: the roster's mass with every endpoint in
 	total int64    // sum of the weights: the alias columns' unit
 	cells uint64   // len(eps) × total, the alias table's cells (0: overflows)
+
+	viewState // the tag views (view.go), built on demand
 }
 
 // hot is what the pick path needs of an endpoint besides its Endpoint and
@@ -230,138 +232,33 @@ func rand2(n int) (int, int) {
 	}
 }
 
-// maxWeight bounds a weight so that the alias table's integer arithmetic
-// (weight × pool size) cannot overflow, nor a class's mass (members ×
-// cap).
-const maxWeight = 1_000_000
-
-func weight(e *Endpoint) int64 { return int64(min(max(e.Weight, 1), maxWeight)) }
-
-// alias is one column of an alias table: a uniform column i, then a draw
-// r in [0, total), gives i when r < keep and other otherwise.
-type alias struct {
-	keep  int64
-	other int
-}
-
-// newAlias builds the alias table of the endpoints' weights (Vose's
-// method, in exact integer arithmetic: column i holds weight*n in units
-// of total), so the weighted strategy draws in O(1), one table read, at
-// any pool size.
-func newAlias(eps []*Endpoint) ([]alias, int64) {
-	n := int64(len(eps))
-	var total int64
-	for _, e := range eps {
-		total += weight(e)
-	}
-	t := make([]alias, n)
-	p := make([]int64, n) // scaled weights: column mass is total
-	var small, large []int
-	for i, e := range eps {
-		p[i] = weight(e) * n
-		t[i] = alias{keep: total, other: i}
-		if p[i] < total {
-			small = append(small, i)
-		} else {
-			large = append(large, i)
-		}
-	}
-	for len(small) > 0 && len(large) > 0 {
-		l, g := small[len(small)-1], large[len(large)-1]
-		small, large = small[:len(small)-1], large[:len(large)-1]
-		t[l] = alias{keep: p[l], other: g}
-		p[g] -= total - p[l]
-		if p[g] < total {
-			small = append(small, g)
-		} else {
-			large = append(large, g)
-		}
-	}
-	return t, total // columns left in either list keep everything
-}
-
-// Roster weight classes. A set with at most maxExactClasses distinct
-// weights (the usual case) gets one class per weight; a set with more
-// groups them by power of two (weight in [2^k, 2^(k+1))), at most 20
-// classes under maxWeight, and a roster draw in such a class is kept with
-// probability weight/cap, more than 1/2.
-const (
-	maxExactClasses = 16
-	maxClasses      = 20
-)
-
-// wclass is one weight class.
-type wclass struct {
-	cap   int64 // the largest weight in the class
-	mixed bool  // the class holds several weights: a draw is kept with probability weight/cap
-}
-
-// weightClasses returns each endpoint's weight class, the classes, and
-// the weights when some class mixes them (else nil).
-func weightClasses(eps []*Endpoint) (class []uint8, cls []wclass, wt []int32) {
-	class = make([]uint8, len(eps))
-	var ws []int64 // distinct weights, while there are at most maxExactClasses
-	for _, e := range eps {
-		if w := weight(e); !slices.Contains(ws, w) {
-			if ws = append(ws, w); len(ws) > maxExactClasses {
-				break
-			}
-		}
-	}
-	if len(ws) <= maxExactClasses {
-		slices.Sort(ws)
-		cls = make([]wclass, len(ws))
-		for k, w := range ws {
-			cls[k].cap = w
-		}
-		for i, e := range eps {
-			k, _ := slices.BinarySearch(ws, weight(e))
-			class[i] = uint8(k)
-		}
-		return class, cls, nil
-	}
-	var lo, hi [maxClasses]int64 // per power of two: smallest and largest weight
-	wt = make([]int32, len(eps))
-	for i, e := range eps {
-		w := weight(e)
-		g := bits.Len64(uint64(w)) - 1
-		if hi[g] == 0 || w < lo[g] {
-			lo[g] = w
-		}
-		hi[g] = max(hi[g], w)
-		class[i], wt[i] = uint8(g), int32(w)
-	}
-	var dense [maxClasses]uint8 // power of two -> class, skipping empty ones
-	for g := range hi {
-		if hi[g] > 0 {
-			dense[g] = uint8(len(cls))
-			cls = append(cls, wclass{cap: hi[g], mixed: lo[g] != hi[g]})
-		}
-	}
-	for i := range class {
-		class[i] = dense[class[i]]
-	}
-	return class, cls, wt
-}
-
 // admitter is the per-request filter a strategy consults: eligibility,
 // slow start, per-target cooldowns, tags, provider limits and the
 // endpoints this request already tried. admit either refuses with no side
 // effect or accepts and reserves the endpoint (one active tunnel, one rate
 // token, one slow-start slot), so a strategy may call it on any number of
-// candidates but must return the first that it accepts.
+// candidates but must return the first that it accepts. viable is admit
+// without reserving anything and without the checks that would need to
+// (rate tokens, slow-start slots): false only where admit would refuse,
+// for the exact fallback (scan). tagSet returns the request's tags and
+// their key (sorted, without duplicates; "" for none), which name its
+// view and its round-robin cursor.
 //
 // It is an interface, not a func value, so that a pick allocates nothing:
 // *Attempts implements it.
 type admitter interface {
 	admit(s *set, i int) bool
+	viable(s *set, i int) bool
+	tagSet() (tags []string, key string)
 }
 
 // strategy is one selection policy over a snapshot (STYLE rule 9: filter
-// by admit, pick). pick returns nil when no endpoint is admitted. Every
-// strategy inspects O(1) endpoints per pick while most are admitted; it
-// degrades to a walk of the set only when nearly all are out, which is
-// when finding the last good one matters more than speed.
+// by admit, pick). pick returns nil when no endpoint is admitted. A
+// request with tags picks within its view (view.go), the endpoints that
+// carry them. Every strategy inspects O(1) endpoints per pick while most
+// are admitted; it degrades to a scan or walk of the set (or view) only
+// when nearly all are out, which is when finding the last good one matters
+// more than speed.
 type strategy interface {
 	pick(s *set, a admitter) *Endpoint
 }
@@ -382,14 +279,21 @@ func newStrategy(name string) (strategy, error) {
 	return nil, fmt.Errorf("unknown strategy %q (round-robin, random, least-conn, weighted, lowest-latency)", name)
 }
 
-// walk returns the first endpoint admitted going round the set from
-// start. It is the fallback of every strategy.
-func walk(s *set, start int, a admitter) *Endpoint {
+// walk returns the first endpoint admitted going round list (nil: the
+// whole set) from position start. It is the last resort of every
+// strategy.
+func walk(s *set, list []int32, start int, a admitter) *Endpoint {
 	n := len(s.hot)
-	for i := 0; i < n; i++ {
-		j := start + i
+	if list != nil {
+		n = len(list)
+	}
+	for k := 0; k < n; k++ {
+		j := start + k
 		if j >= n {
 			j -= n
+		}
+		if list != nil {
+			j = int(list[j])
 		}
 		if a.admit(s, j) {
 			return s.eps[j]
@@ -399,14 +303,17 @@ func walk(s *set, start int, a admitter) *Endpoint {
 }
 
 // randomDraws is how many draws that admit refuses random, weighted and
-// least-conn make before walking the set from a random point; maxDraws
-// bounds the draws that land on a shut gate or fail the roster's
-// acceptance test, and the first directDraws may be direct (see Draws).
-// Independent draws keep the distribution exact; a walk hands a refused
+// least-conn make before the fallback: an exact scan of a list of at most
+// scanMax, else a walk from a random point (see scan); maxDraws bounds the
+// draws that land on a shut gate or fail the roster's acceptance test, and
+// the first directDraws may be direct (see Draws). Independent draws keep
+// the distribution exact, and so does the scan; a walk hands a refused
 // endpoint's share to its neighbour, so it is the last resort, for
-// requests that most endpoints refuse (tags, limits, endpoints tried).
+// requests that most endpoints of a large pool refuse (limits, endpoints
+// tried, host bans). Tags refuse nothing: their requests draw within
+// their view.
 const (
-	randomDraws = 4
+	randomDraws = 8
 	maxDraws    = 24
 	directDraws = 8
 )
@@ -414,17 +321,18 @@ const (
 // roundRobin takes endpoints in turn from an atomic cursor: one atomic
 // add and one admit per pick while the endpoint under the cursor is
 // admitted. The cursor counts over the endpoints in (the roster) when
-// some are out, and moves on by itself past a refused one (tags, limits),
-// so every endpoint admitted gets the same share: walking on from a
-// refused one, as the fallback does, would hand the share of a run of
-// cooling endpoints to the one after it (2 of 5 in: 40/10 instead of
-// 25/25).
+// some are out, and steps on past a refused one (limits, endpoints tried),
+// one cursor value per endpoint looked at, so every endpoint admitted gets
+// the same share: looking on from a refused one without taking the cursor
+// values, as the walk does, would hand the share of a run of refused
+// endpoints to the one after it (2 of 5 in: 40/10 instead of 25/25).
 //
-// Requests with tags turn their own cursor, one per tag set: on one shared
-// cursor, clients asking for different tags alternately used up each
-// other's steps and locked into a fixed pattern (tag a always got the same
-// upstream of three). At most maxTagCursors tag sets get one (tags come
-// from clients); further ones share the untagged cursor.
+// Requests with tags count over their view (its endpoints that are not
+// shut, stepped past like refused ones), on their own cursor, one per tag
+// set: on one shared cursor, clients asking for different tags alternately
+// used up each other's steps and locked into a fixed pattern (tag a always
+// got the same upstream of three). At most maxTagCursors tag sets get one
+// (tags come from clients); further ones share the untagged cursor.
 type roundRobin struct {
 	cursor  atomic.Uint64
 	byTags  sync.Map // tag key → *atomic.Uint64
@@ -434,16 +342,8 @@ type roundRobin struct {
 // maxTagCursors bounds the round-robin cursors kept for tag sets.
 const maxTagCursors = 4096
 
-// tagKeyer is an admitter that names its request's tag set ("" for none).
-type tagKeyer interface{ tagKey() string }
-
-// cursorFor returns the cursor for a's tag set.
-func (r *roundRobin) cursorFor(a admitter) *atomic.Uint64 {
-	tk, ok := a.(tagKeyer)
-	if !ok {
-		return &r.cursor
-	}
-	key := tk.tagKey()
+// cursorFor returns the cursor for the tag set named key ("" for none).
+func (r *roundRobin) cursorFor(key string) *atomic.Uint64 {
 	if key == "" {
 		return &r.cursor
 	}
@@ -465,15 +365,24 @@ func (r *roundRobin) pick(s *set, a admitter) *Endpoint {
 	if n == 0 {
 		return nil
 	}
-	cursor := r.cursorFor(a)
-	for range randomDraws {
+	_, key := a.tagSet()
+	cursor := r.cursorFor(key)
+	if list := s.viewOf(a).restricted(); list != nil {
+		return rrList(s, list, cursor, a)
+	}
+	// Steps: at most one per endpoint in, so that a pick every endpoint
+	// refuses ends; then a walk, for the gates that ask (an old snapshot)
+	// and for values other picks took meanwhile.
+	for k := 0; ; k++ {
+		in := s.ro.In()
+		if in <= 0 || k >= in {
+			break
+		}
 		c := cursor.Add(1) - 1
 		i := 0
-		switch in := s.ro.In(); {
+		switch {
 		case in >= n: // all in: the set's own order
 			i = int(c % uint64(n))
-		case in <= 0:
-			return walk(s, int(c%uint64(n)), a)
 		default:
 			if i = s.member(int(c % uint64(in))); i < 0 {
 				continue // the roster changed under the draw
@@ -483,15 +392,35 @@ func (r *roundRobin) pick(s *set, a admitter) *Endpoint {
 			return s.eps[i]
 		}
 	}
-	return walk(s, int(cursor.Load()%uint64(n)), a)
+	return walk(s, nil, int(cursor.Load()%uint64(n)), a)
+}
+
+// rrList is round-robin over a view's members list: shut ones and refused
+// ones are stepped past, each taking its cursor value, so the others get
+// equal shares.
+func rrList(s *set, list []int32, cursor *atomic.Uint64, a admitter) *Endpoint {
+	m := uint64(len(list))
+	if m == 0 {
+		return nil
+	}
+	for range m {
+		i := int(list[(cursor.Add(1)-1)%m])
+		if !s.hot[i].gate.Shut() && a.admit(s, i) {
+			return s.eps[i]
+		}
+	}
+	return walk(s, list, int(cursor.Load()%m), a)
 }
 
 // randomPick draws uniformly among the endpoints in (math/rand/v2's
-// per-thread generator, no lock), then walks.
+// per-thread generator, no lock), or among a view's members.
 type randomPick struct{}
 
 func (randomPick) pick(s *set, a admitter) *Endpoint {
-	return drawPick(s, a, func(draws int) int {
+	if list := s.viewOf(a).restricted(); list != nil {
+		return drawPick(s, a, list, false, func(int) int { return int(list[rand.IntN(len(list))]) })
+	}
+	return drawPick(s, a, nil, false, func(draws int) int {
 		n, in := len(s.eps), s.ro.In()
 		if in == n || draws < directDraws && 2*in >= n {
 			return rand.IntN(n) // all in (the roster would be a permutation), or direct
@@ -501,19 +430,27 @@ func (randomPick) pick(s *set, a admitter) *Endpoint {
 }
 
 // weighted draws with probability proportional to Weight among the
-// endpoints in, then walks; like randomPick.
+// endpoints in, or among a view's members (its own alias table); like
+// randomPick.
 type weighted struct{}
 
 func (weighted) pick(s *set, a admitter) *Endpoint {
-	return drawPick(s, a, func(draws int) int { return s.weightedDraw(draws < directDraws) })
+	if v := s.viewOf(a); v.restricted() != nil {
+		return drawPick(s, a, v.idx, true, func(int) int { return v.weightedDraw(s) })
+	}
+	return drawPick(s, a, nil, true, func(draws int) int { return s.weightedDraw(draws < directDraws) })
 }
 
 // drawPick admits the first of up to maxDraws draws (draw is given the
 // number of draws so far) that is not shut and admits, giving up after
 // randomDraws refusals or when draw finds nothing in (drawEmpty); then it
-// walks from a random place.
-func drawPick(s *set, a admitter, draw func(draws int) int) *Endpoint {
+// falls back on list (nil: the whole set), by weight when byWeight: an
+// exact scan when it is short, else a walk from a random place.
+func drawPick(s *set, a admitter, list []int32, byWeight bool, draw func(draws int) int) *Endpoint {
 	n := len(s.eps)
+	if list != nil {
+		n = len(list)
+	}
 	if n == 0 {
 		return nil
 	}
@@ -530,7 +467,63 @@ func drawPick(s *set, a admitter, draw func(draws int) int) *Endpoint {
 		}
 		refused++
 	}
-	return walk(s, rand.IntN(n), a)
+	if n <= scanMax {
+		return scan(s, list, a, byWeight)
+	}
+	return walk(s, list, rand.IntN(n), a)
+}
+
+// Exact fallback. When draws keep being refused (most candidates are at
+// their max_conns, tried, banned for the host), a walk from a random point
+// hands every refused endpoint's share to the next admitted one: of e0
+// and e9 free among ten, e9 got two picks in three. A list of at most
+// scanMax candidates is scanned instead: one of those that a finds viable
+// (see admitter) is drawn uniformly or by weight, in one pass (weighted
+// reservoir sampling), and admitted; one that admit still refuses (a rate
+// token, a slow-start slot) is left out of the next of scanRounds passes.
+// The first endpoint admitted so is drawn exactly among those admitted.
+// Longer lists walk, as before: a scan of a large pool per pick costs
+// more than the fairness it buys when nearly all of it refuses.
+const (
+	scanMax    = 1024
+	scanRounds = 4
+)
+
+// scan is the exact fallback over list (nil: the whole set), by weight
+// when byWeight; it returns nil when nothing is viable.
+func scan(s *set, list []int32, a admitter, byWeight bool) *Endpoint {
+	n := len(s.eps)
+	if list != nil {
+		n = len(list)
+	}
+	var out [scanRounds]int
+	for round := range scanRounds {
+		best, sum := -1, int64(0)
+		for j := range n {
+			i := j
+			if list != nil {
+				i = int(list[j])
+			}
+			if s.hot[i].gate.Shut() || slices.Contains(out[:round], i) || !a.viable(s, i) {
+				continue
+			}
+			w := int64(1)
+			if byWeight {
+				w = weight(s.eps[i])
+			}
+			if sum += w; rand.Int64N(sum) < w {
+				best = i
+			}
+		}
+		if best < 0 {
+			return nil
+		}
+		if a.admit(s, best) {
+			return s.eps[best]
+		}
+		out[round] = best
+	}
+	return walk(s, list, rand.IntN(n), a)
 }
 
 // sampleSize is how many candidates lowest-latency compares, and
@@ -546,46 +539,63 @@ const (
 	fullScan        = 16
 )
 
-// sample fills buf with the indices of the candidates to compare: the
-// whole set rotated by a random offset (so ties do not always favour the
-// first endpoint) when it is small, else k uniform draws (k ≤ fullScan;
-// duplicates are harmless).
-func sample(s *set, buf *[fullScan]int, k int) []int {
+// sample fills buf with the indices of the candidates to compare, taken
+// from list (nil: the whole set): all of it rotated by a random offset (so
+// ties do not always favour the first endpoint) when it is small, else k
+// uniform draws (k ≤ fullScan; duplicates are harmless).
+func sample(s *set, list []int32, buf *[fullScan]int, k int) []int {
 	n := len(s.eps)
+	if list != nil {
+		n = len(list)
+	}
+	c := buf[:k]
 	if n <= fullScan {
+		c = buf[:n]
 		off := rand.IntN(n)
-		for i := range n {
-			buf[i] = (off + i) % n
+		for i := range c {
+			c[i] = (off + i) % n
 		}
-		return buf[:n]
+	} else {
+		for i := range c {
+			c[i] = rand.IntN(n)
+		}
 	}
-	for i := range k {
-		buf[i] = rand.IntN(n)
+	if list != nil {
+		for i, x := range c {
+			c[i] = int(list[x])
+		}
 	}
-	return buf[:k]
+	return c
 }
 
 // leastConn takes the candidate with fewer open tunnels of two drawn at
 // random among the endpoints in (power of two choices): O(1) per pick at
 // any pool size, and the most loaded endpoints are avoided almost surely;
-// exact least-connections for pools up to fullScan. Candidates are ranked
+// exact least-connections for pools up to fullScan. A request with tags
+// ranks its view's members the same way. Candidates are ranked
 // without reserving anything, then admitted best first; when both are
 // refused it falls back to randomPick (draws, then a walk), so a pool with
 // few admitted endpoints still finds one.
 type leastConn struct{}
 
 func (leastConn) pick(s *set, a admitter) *Endpoint {
-	if len(s.eps) > fullScan {
-		return leastConnSampled(s, a)
+	list := s.viewOf(a).restricted()
+	n := len(s.eps)
+	if list != nil {
+		n = len(list)
 	}
-	if len(s.eps) == 0 {
+	if n > fullScan {
+		return leastConnSampled(s, list, a)
+	}
+	if n == 0 {
 		return nil
 	}
-	// Exact least-connections among the endpoints in, the set scanned
-	// from a random offset so that ties do not always favour the first.
+	// Exact least-connections among the endpoints in, the set (or view)
+	// scanned from a random offset so that ties do not always favour the
+	// first.
 	var buf [fullScan]int
-	c := sample(s, &buf, leastConnSample)
-	if s.ro.In() < len(s.eps) { // leave out the shut ones (admit would refuse them)
+	c := sample(s, list, &buf, leastConnSample)
+	if list != nil || s.ro.In() < len(s.eps) { // leave out the shut ones (admit would refuse them)
 		k := 0
 		for _, x := range c {
 			if !s.hot[x].gate.Shut() {
@@ -611,12 +621,18 @@ func (leastConn) pick(s *set, a admitter) *Endpoint {
 	return nil // every endpoint was ranked and refused
 }
 
-// leastConnSampled is leastConn for a pool larger than fullScan.
-func leastConnSampled(s *set, a admitter) *Endpoint {
+// leastConnSampled is leastConn for a pool (or list, nil: the whole set)
+// larger than fullScan.
+func leastConnSampled(s *set, list []int32, a admitter) *Endpoint {
 	var c [2]int
 	k := 0
 	for draws := 0; k < 2 && draws < maxDraws; draws += 2 {
-		i, j := s.uniform2(draws < directDraws)
+		var i, j int
+		if list != nil {
+			i, j = int(list[rand.IntN(len(list))]), int(list[rand.IntN(len(list))])
+		} else {
+			i, j = s.uniform2(draws < directDraws)
+		}
 		if i == drawEmpty {
 			break
 		}
@@ -689,15 +705,25 @@ type latencyChoice struct {
 }
 
 func (l *lowestLatency) pick(s *set, a admitter) *Endpoint {
-	if len(s.eps) == 0 {
+	v := s.viewOf(a)
+	list := v.restricted()
+	n := len(s.eps)
+	if list != nil {
+		n = len(list)
+	}
+	if n == 0 {
 		return nil
 	}
+	// A request with tags samples its view and keeps its own choice
+	// there: the pool's is usually not among its endpoints.
 	cur := -1
-	if c := l.cur.Load(); c != nil && c.s == s {
+	if list != nil {
+		cur = int(v.latency.Load()) - 1
+	} else if c := l.cur.Load(); c != nil && c.s == s {
 		cur = c.i
 	}
 	var buf [fullScan]int
-	c := sample(s, &buf, sampleSize)
+	c := sample(s, list, &buf, sampleSize)
 	best, unknown := -1, -1
 	var bestLat int64
 	for _, i := range c {
@@ -719,7 +745,11 @@ func (l *lowestLatency) pick(s *set, a admitter) *Endpoint {
 		return s.eps[cur]
 	}
 	if best >= 0 && a.admit(s, best) {
-		if best != cur {
+		switch {
+		case best == cur:
+		case list != nil:
+			v.latency.Store(int32(best + 1))
+		default:
 			l.cur.Store(&latencyChoice{s: s, i: best})
 		}
 		return s.eps[best]
@@ -741,7 +771,7 @@ func (l *lowestLatency) pick(s *set, a admitter) *Endpoint {
 			return s.eps[i]
 		}
 	}
-	if len(s.eps) <= fullScan {
+	if n <= fullScan {
 		return nil
 	}
 	return randomPick{}.pick(s, a)

@@ -717,14 +717,13 @@ func TestRoundRobinEvenWithMixedTags(t *testing.T) {
 // kept for tag sets stop at maxTagCursors.
 func TestRoundRobinTagCursorsBounded(t *testing.T) {
 	var r roundRobin
-	tp := newTestPool(t, PoolConfig{WaitForUpstream: time.Millisecond}, nil, spec("e0", 10000))
 	for i := range maxTagCursors + 100 {
-		r.cursorFor(tp.NewAttempts(Request{Addr: "example.com:443", Tags: []string{fmt.Sprint("t", i)}}))
+		r.cursorFor(tagKey([]string{fmt.Sprint("t", i)}))
 	}
 	if n := r.tagSets.Load(); n != maxTagCursors {
 		t.Errorf("%d tag cursors, want at most %d", n, maxTagCursors)
 	}
-	if c := r.cursorFor(tp.NewAttempts(Request{Addr: "example.com:443", Tags: []string{"new"}})); c != &r.cursor {
+	if c := r.cursorFor(tagKey([]string{"new"})); c != &r.cursor {
 		t.Error("a tag set past the bound did not share the untagged cursor")
 	}
 }
