@@ -331,3 +331,21 @@ func TestExplain(t *testing.T) {
 		})
 	}
 }
+
+// TestExplainNoEligibleSaysWhetherItWaited: tags no upstream carries fail
+// at once, so their reason must not claim a wait.
+func TestExplainNoEligibleSaysWhetherItWaited(t *testing.T) {
+	for _, tt := range []struct {
+		ne     *upstream.NoEligibleError
+		waited bool
+	}{
+		{&upstream.NoEligibleError{Tags: []string{"nope"}}, false},
+		{&upstream.NoEligibleError{Tags: []string{"us"}, Matching: 2}, true},
+		{&upstream.NoEligibleError{Matching: 3}, true},
+	} {
+		cf := explain(tt.ne)
+		if cf.Status != http.StatusServiceUnavailable || strings.Contains(cf.Reason, "waited") != tt.waited {
+			t.Errorf("%+v: %d %q, want waited=%v", tt.ne, cf.Status, cf.Reason, tt.waited)
+		}
+	}
+}

@@ -45,7 +45,11 @@ func explain(err error) clientFailure {
 		var ne *upstream.NoEligibleError
 		if errors.As(err, &ne) {
 			// Name the tags the client asked for (issue 9).
-			cf.Reason = ne.Error() + " (waited pool.wait_for_upstream)"
+			cf.Reason = ne.Error()
+			if len(ne.Tags) == 0 || ne.Matching > 0 {
+				// Tags nobody carries fail at once: there was no wait.
+				cf.Reason += " (waited pool.wait_for_upstream)"
+			}
 		}
 		return cf
 	}
