@@ -21,6 +21,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/BurntSushi/toml"
 
@@ -434,10 +435,18 @@ func (c *Config) validate() ConfigErrors {
 	if c.Metrics.PerUpstreamLimit < 0 {
 		add(c.lines.key(toml.Key{"metrics", "per_upstream_limit"}), "metrics.per_upstream_limit: must not be negative (0 = no limit)")
 	}
+	usernames := map[string]int{}
 	for i, cl := range c.Clients {
 		line := c.elemKey("client", i, "username")
 		if cl.Username == "" {
 			add(line, "client: username is required")
+		}
+		if prev, dup := usernames[cl.Username]; dup && cl.Username != "" {
+			// Both passwords would log in: the second is most likely a
+			// copy meant to be renamed, or a rotation left half-done.
+			add(line, "client %q duplicates the one at line %d", cl.Username, prev)
+		} else {
+			usernames[cl.Username] = line
 		}
 		if strings.ContainsAny(cl.Username, ":") {
 			add(line, "client %q: username must not contain ':'", cl.Username)
@@ -484,6 +493,9 @@ func (c *Config) validate() ConfigErrors {
 	names := map[string]int{}
 	keys := map[string]int{}
 	for i, u := range c.Upstreams {
+		for _, msg := range tagErrors(u.Tags) {
+			add(c.elemKey("upstream", i, "tags"), "upstream tags: %s", msg)
+		}
 		if u.Name != "" || i < len(c.named) && c.named[i] {
 			if err := upstream.CheckName(u.Name); err != nil {
 				shown := u.Name
@@ -536,6 +548,9 @@ func (c *Config) validate() ConfigErrors {
 		}
 	}
 	for i, f := range c.UpstreamFiles {
+		for _, msg := range tagErrors(f.Tags) {
+			add(c.elemKey("upstream_file", i, "tags"), "upstream_file tags: %s", msg)
+		}
 		if f.Path == "" {
 			add(c.elemKey("upstream_file", i, "path"), "upstream_file: path is required")
 		}
@@ -549,6 +564,26 @@ func (c *Config) validate() ConfigErrors {
 		}
 	}
 	return errs
+}
+
+// tagErrors says what is wrong with each tag a client could never ask
+// for: a client names tags in its proxy username ("scraper-tag-us"), where
+// '-' separates the parameters, and an HTTP client's username ends at its
+// first ':' (RFC 7617). Such a tag was silently dropped from the request
+// (the whole username taken as a user name).
+func tagErrors(tags []string) []string {
+	var msgs []string
+	for _, t := range tags {
+		switch {
+		case t == "":
+			msgs = append(msgs, "a tag must not be empty")
+		case strings.Contains(t, "-"):
+			msgs = append(msgs, fmt.Sprintf("tag %q contains '-', which separates username parameters: no client could ask for it (use letters, digits, '_' or '.')", t))
+		case strings.IndexFunc(t, func(r rune) bool { return r == ':' || unicode.IsSpace(r) || !unicode.IsPrint(r) }) >= 0:
+			msgs = append(msgs, fmt.Sprintf("tag %q contains white space, ':' or a control character, which a proxy username cannot carry", t))
+		}
+	}
+	return msgs
 }
 
 // keyError is a problem with one key of a [[table]] element, so that

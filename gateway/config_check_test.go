@@ -542,3 +542,47 @@ func TestConfigClientNamesThatCannotLogIn(t *testing.T) {
 		}
 	}
 }
+
+// TestConfigTagsClientsCanAskFor: -check accepted tags no client can name
+// in its username ("us-east": "scraper-tag-us-east" was read as a plain
+// user name and the tag dropped; "", "a b", "a:b"), and two [[client]]
+// entries of one username, whose two passwords both logged in.
+func TestConfigTagsClientsCanAskFor(t *testing.T) {
+	text := strings.Join([]string{
+		"[[upstream]]",
+		"url = \"direct://\"",
+		"tags = [\"us-east\", \"\", \"a b\", \"us_east\", \"de.1\", \"Zürich\"]", // 3
+		"[[upstream_file]]",
+		"path = \"l.txt\"",
+		"tags = [\"x:y\"]", // 6
+		"[[client]]",
+		"username = \"scraper\"", // 8
+		"password = \"Pw1first7Qx\"",
+		"[[client]]",
+		"username = \"scraper\"", // 11
+		"password = \"Pw2second9Zk\"",
+	}, "\n") + "\n"
+	_, err := ParseConfig("t.toml", []byte(text))
+	if err == nil {
+		t.Fatal("ParseConfig accepted the file")
+	}
+	want := []string{
+		`t.toml:3: upstream tags: tag "us-east" contains '-'`,
+		`t.toml:3: upstream tags: a tag must not be empty`,
+		`t.toml:3: upstream tags: tag "a b" contains white space`,
+		`t.toml:6: upstream_file tags: tag "x:y" contains white space, ':'`,
+		`t.toml:11: client "scraper" duplicates the one at line 8`,
+	}
+	got := strings.Split(err.Error(), "\n")
+	if len(got) != len(want) {
+		t.Fatalf("got:\n%s\nwant %d errors", err, len(want))
+	}
+	for i := range want {
+		if !strings.HasPrefix(got[i], want[i]) {
+			t.Errorf("error %d = %q, want %q…", i, got[i], want[i])
+		}
+	}
+	if strings.Contains(err.Error(), "first7Qx") || strings.Contains(err.Error(), "second9Zk") {
+		t.Error("a password is in the errors")
+	}
+}
