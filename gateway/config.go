@@ -34,7 +34,8 @@ import (
 // the TOML layout; each table is a config type owned by the package that
 // uses it.
 type Config struct {
-	// StateFile, when set, keeps upstream records across restarts.
+	// StateFile, when set, keeps upstream records across restarts. A
+	// relative path is taken from the config file's directory (statePath).
 	StateFile string `toml:"state_file"`
 	// ShutdownGrace is how long open tunnels may finish on SIGTERM. Default 30s.
 	ShutdownGrace time.Duration `toml:"shutdown_grace"`
@@ -220,6 +221,16 @@ func (c *Config) upstreamTLS() (*tls.Config, error) {
 		return nil, fmt.Errorf("%s holds no PEM certificate", c.UpstreamCAFile)
 	}
 	return &tls.Config{RootCAs: pool}, nil
+}
+
+// statePath is state_file as rotor opens it: a relative path is taken
+// from the config file's directory, like every path in the file (under
+// systemd the working directory is /), or "" when unset.
+func (c *Config) statePath() string {
+	if c.StateFile == "" {
+		return ""
+	}
+	return c.resolve(c.StateFile)
 }
 
 // Warnings lists what is valid but will not work as the operator likely

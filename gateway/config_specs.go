@@ -132,7 +132,8 @@ func (c *Config) listSpecs(specs *[]upstream.Spec, origins *[]origin) ([]ListCou
 // emptyListMsg describes a list file that gave no upstreams.
 const emptyListMsg = "no upstreams in this list file (empty, only comments, or no usable line)"
 
-// resolve makes a list-file path relative to the config file's directory.
+// resolve makes a path of the config (state_file, upstream_ca_file, a
+// list file) relative to the config file's directory.
 func (c *Config) resolve(p string) string {
 	if filepath.IsAbs(p) || c.path == "" {
 		return p

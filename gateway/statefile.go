@@ -156,7 +156,7 @@ type stateTarget struct {
 // It is a no-op when state_file is unset or the writer already started.
 func (s *Server) startStateFile() {
 	sf := &s.metrics.persist
-	path := s.cfg.Load().StateFile
+	path := s.cfg.Load().statePath()
 	sf.mu.Lock()
 	if path == "" || sf.started {
 		sf.mu.Unlock()
@@ -327,7 +327,7 @@ func (s *Server) saveState() error {
 	path, blocked := sf.path, sf.blocked
 	sf.mu.Unlock()
 	if path == "" {
-		path = s.cfg.Load().StateFile
+		path = s.cfg.Load().statePath()
 	}
 	if path == "" {
 		return nil
@@ -453,7 +453,7 @@ func (s *Server) loadState() error {
 	path := sf.path
 	sf.mu.Unlock()
 	if path == "" {
-		path = s.cfg.Load().StateFile
+		path = s.cfg.Load().statePath()
 	}
 	if path == "" {
 		return nil

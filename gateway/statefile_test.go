@@ -498,3 +498,36 @@ func TestRemovedSecretsPruned(t *testing.T) {
 		t.Errorf("%d passwords kept after the record left the tracker, want 0", len(rs.pw))
 	}
 }
+
+// TestStateFileRelativeToConfig: a relative state_file was taken from the
+// working directory (/ under systemd), while upstream_ca_file and list
+// files are taken from the config file's directory. It is now like them.
+func TestStateFileRelativeToConfig(t *testing.T) {
+	dir, cwd := t.TempDir(), t.TempDir()
+	t.Chdir(cwd)
+	path := filepath.Join(dir, "rotor.toml")
+	text := "state_file = \"state/rotor-state.json\"\n[listen]\nsocks5 = \"127.0.0.1:0\"\nhttp = \"\"\nadmin = \"\"\n[[upstream]]\nurl = \"direct://\"\nname = \"direct\"\n"
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := LoadConfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := New(cfg, Options{Log: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "state", "rotor-state.json")); err != nil {
+		t.Errorf("no state file beside the config: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(cwd, "state")); err == nil {
+		t.Error("the state file was written under the working directory")
+	}
+}
