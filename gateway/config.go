@@ -37,7 +37,8 @@ type Config struct {
 	// StateFile, when set, keeps upstream records across restarts. A
 	// relative path is taken from the config file's directory (statePath).
 	StateFile string `toml:"state_file"`
-	// ShutdownGrace is how long open tunnels may finish on SIGTERM. Default 30s.
+	// ShutdownGrace is how long open tunnels may finish on SIGTERM. Default
+	// 30s; "0s" closes them at once.
 	ShutdownGrace time.Duration `toml:"shutdown_grace"`
 	// TunnelIdleTimeout closes a tunnel with no traffic either way for this
 	// long. Default 0 (never).
@@ -122,10 +123,11 @@ func (c ClientConfig) String() string { return "client " + c.Username }
 // SlowBodyConfig is the [slow_body] table.
 type SlowBodyConfig struct {
 	// FirstByte: the client sent data and no byte came back this long.
-	// Default 10s; negative disables.
+	// Default 10s; "0s" in the file disables (fill makes it negative,
+	// which is how the relays read "none").
 	FirstByte time.Duration `toml:"first_byte"`
 	// Stall: a response that started goes silent this long while the
-	// client waits. Default 30s; negative disables.
+	// client waits. Default 30s; "0s" in the file disables, as above.
 	Stall time.Duration `toml:"stall"`
 	// Scope is "upstream" (default) or "target".
 	Scope string `toml:"scope"`
@@ -316,6 +318,7 @@ func parseConfig(path string, data []byte) (*Config, ConfigErrors) {
 		return nil, errs.sorted()
 	}
 	c.named = elemsSetting(tree, "upstream", reflect.TypeFor[UpstreamConfig](), "Name")
+	errs = append(errs, c.explicitErrors(&md, elemsSetting(tree, "upstream", reflect.TypeFor[UpstreamConfig](), "Weight"))...)
 	// A value left out for its error is at its default now: what
 	// validation says about the same line would be about that default.
 	bad := map[int]bool{}
@@ -366,16 +369,22 @@ func (c *Config) fill(md *toml.MetaData) {
 	if c.Listen.HandshakeTimeout == 0 {
 		c.Listen.HandshakeTimeout = 10 * time.Second
 	}
-	if c.ShutdownGrace == 0 {
-		c.ShutdownGrace = 30 * time.Second
+	if !defined("shutdown_grace") {
+		c.ShutdownGrace = 30 * time.Second // "0s": open tunnels are closed at once
 	}
 	if !defined("metrics", "per_upstream_limit") {
 		c.Metrics.PerUpstreamLimit = 10_000
 	}
-	if c.SlowBody.FirstByte == 0 {
+	switch {
+	case defined("slow_body", "first_byte") && c.SlowBody.FirstByte == 0:
+		c.SlowBody.FirstByte = -1 // "0s": no first-byte check (negative disables)
+	case c.SlowBody.FirstByte == 0:
 		c.SlowBody.FirstByte = 10 * time.Second
 	}
-	if c.SlowBody.Stall == 0 {
+	switch {
+	case defined("slow_body", "stall") && c.SlowBody.Stall == 0:
+		c.SlowBody.Stall = -1 // "0s": no stall check
+	case c.SlowBody.Stall == 0:
 		c.SlowBody.Stall = 30 * time.Second
 	}
 	if c.SlowBody.Scope == "" {
