@@ -309,7 +309,7 @@ func parseConfig(path string, data []byte) (*Config, ConfigErrors) {
 	if err != nil {
 		var pe toml.ParseError
 		if errors.As(err, &pe) {
-			return nil, ConfigErrors{c.parseError(pe)}
+			return nil, ConfigErrors{c.parseError(pe, text)}
 		}
 		return nil, ConfigErrors{{File: path, Msg: redactText(strings.TrimPrefix(err.Error(), "toml: "))}}
 	}

@@ -668,3 +668,26 @@ func TestConfigZerosThatMeanNothing(t *testing.T) {
 		t.Errorf("unset: shutdown_grace %v, slow_body %v / %v; want the defaults", unset.ShutdownGrace, unset.SlowBody.FirstByte, unset.SlowBody.Stall)
 	}
 }
+
+// TestConfigSyntaxErrorLine: an unterminated "[listen" header on line 1
+// was reported at line 2 (the decoder counts the newline it stopped at).
+// A syntax error is reported at the line of the byte it is about.
+func TestConfigSyntaxErrorLine(t *testing.T) {
+	for _, tt := range []struct {
+		text string
+		line int
+	}{
+		{"[listen\nsocks5 = \"127.0.0.1:1080\"\n", 1},
+		{"state_file = \"\"\n[listen\n", 2},
+		{"\n\n[[client]\nusername = \"a\"\n", 3},
+		{"[pool]\nmax_attempts = 3\nmax_attempts = 4\n", 3},
+		{"shutdown_grace = \"1s\" 2\n", 1},
+		{"[listen", 1},
+	} {
+		_, err := ParseConfig("s.toml", []byte(tt.text))
+		var errs ConfigErrors
+		if !errors.As(err, &errs) || len(errs) != 1 || errs[0].Line != tt.line {
+			t.Errorf("%q: %v, want one error at line %d", tt.text, err, tt.line)
+		}
+	}
+}
