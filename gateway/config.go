@@ -21,6 +21,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/BurntSushi/toml"
 
@@ -33,9 +34,11 @@ import (
 // the TOML layout; each table is a config type owned by the package that
 // uses it.
 type Config struct {
-	// StateFile, when set, keeps upstream records across restarts.
+	// StateFile, when set, keeps upstream records across restarts. A
+	// relative path is taken from the config file's directory (statePath).
 	StateFile string `toml:"state_file"`
-	// ShutdownGrace is how long open tunnels may finish on SIGTERM. Default 30s.
+	// ShutdownGrace is how long open tunnels may finish on SIGTERM. Default
+	// 30s; "0s" closes them at once.
 	ShutdownGrace time.Duration `toml:"shutdown_grace"`
 	// TunnelIdleTimeout closes a tunnel with no traffic either way for this
 	// long. Default 0 (never).
@@ -120,10 +123,11 @@ func (c ClientConfig) String() string { return "client " + c.Username }
 // SlowBodyConfig is the [slow_body] table.
 type SlowBodyConfig struct {
 	// FirstByte: the client sent data and no byte came back this long.
-	// Default 10s; negative disables.
+	// Default 10s; "0s" in the file disables (fill makes it negative,
+	// which is how the relays read "none").
 	FirstByte time.Duration `toml:"first_byte"`
 	// Stall: a response that started goes silent this long while the
-	// client waits. Default 30s; negative disables.
+	// client waits. Default 30s; "0s" in the file disables, as above.
 	Stall time.Duration `toml:"stall"`
 	// Scope is "upstream" (default) or "target".
 	Scope string `toml:"scope"`
@@ -221,6 +225,16 @@ func (c *Config) upstreamTLS() (*tls.Config, error) {
 	return &tls.Config{RootCAs: pool}, nil
 }
 
+// statePath is state_file as rotor opens it: a relative path is taken
+// from the config file's directory, like every path in the file (under
+// systemd the working directory is /), or "" when unset.
+func (c *Config) statePath() string {
+	if c.StateFile == "" {
+		return ""
+	}
+	return c.resolve(c.StateFile)
+}
+
 // Warnings lists what is valid but will not work as the operator likely
 // means; -check prints them and start logs them. (A missing probe.url is
 // said by -check and by the prober itself.)
@@ -295,7 +309,7 @@ func parseConfig(path string, data []byte) (*Config, ConfigErrors) {
 	if err != nil {
 		var pe toml.ParseError
 		if errors.As(err, &pe) {
-			return nil, ConfigErrors{c.parseError(pe)}
+			return nil, ConfigErrors{c.parseError(pe, text)}
 		}
 		return nil, ConfigErrors{{File: path, Msg: redactText(strings.TrimPrefix(err.Error(), "toml: "))}}
 	}
@@ -304,6 +318,7 @@ func parseConfig(path string, data []byte) (*Config, ConfigErrors) {
 		return nil, errs.sorted()
 	}
 	c.named = elemsSetting(tree, "upstream", reflect.TypeFor[UpstreamConfig](), "Name")
+	errs = append(errs, c.explicitErrors(&md, elemsSetting(tree, "upstream", reflect.TypeFor[UpstreamConfig](), "Weight"))...)
 	// A value left out for its error is at its default now: what
 	// validation says about the same line would be about that default.
 	bad := map[int]bool{}
@@ -354,16 +369,22 @@ func (c *Config) fill(md *toml.MetaData) {
 	if c.Listen.HandshakeTimeout == 0 {
 		c.Listen.HandshakeTimeout = 10 * time.Second
 	}
-	if c.ShutdownGrace == 0 {
-		c.ShutdownGrace = 30 * time.Second
+	if !defined("shutdown_grace") {
+		c.ShutdownGrace = 30 * time.Second // "0s": open tunnels are closed at once
 	}
 	if !defined("metrics", "per_upstream_limit") {
 		c.Metrics.PerUpstreamLimit = 10_000
 	}
-	if c.SlowBody.FirstByte == 0 {
+	switch {
+	case defined("slow_body", "first_byte") && c.SlowBody.FirstByte == 0:
+		c.SlowBody.FirstByte = -1 // "0s": no first-byte check (negative disables)
+	case c.SlowBody.FirstByte == 0:
 		c.SlowBody.FirstByte = 10 * time.Second
 	}
-	if c.SlowBody.Stall == 0 {
+	switch {
+	case defined("slow_body", "stall") && c.SlowBody.Stall == 0:
+		c.SlowBody.Stall = -1 // "0s": no stall check
+	case c.SlowBody.Stall == 0:
 		c.SlowBody.Stall = 30 * time.Second
 	}
 	if c.SlowBody.Scope == "" {
@@ -434,10 +455,18 @@ func (c *Config) validate() ConfigErrors {
 	if c.Metrics.PerUpstreamLimit < 0 {
 		add(c.lines.key(toml.Key{"metrics", "per_upstream_limit"}), "metrics.per_upstream_limit: must not be negative (0 = no limit)")
 	}
+	usernames := map[string]int{}
 	for i, cl := range c.Clients {
 		line := c.elemKey("client", i, "username")
 		if cl.Username == "" {
 			add(line, "client: username is required")
+		}
+		if prev, dup := usernames[cl.Username]; dup && cl.Username != "" {
+			// Both passwords would log in: the second is most likely a
+			// copy meant to be renamed, or a rotation left half-done.
+			add(line, "client %q duplicates the one at line %d", cl.Username, prev)
+		} else {
+			usernames[cl.Username] = line
 		}
 		if strings.ContainsAny(cl.Username, ":") {
 			add(line, "client %q: username must not contain ':'", cl.Username)
@@ -484,6 +513,9 @@ func (c *Config) validate() ConfigErrors {
 	names := map[string]int{}
 	keys := map[string]int{}
 	for i, u := range c.Upstreams {
+		for _, msg := range tagErrors(u.Tags) {
+			add(c.elemKey("upstream", i, "tags"), "upstream tags: %s", msg)
+		}
 		if u.Name != "" || i < len(c.named) && c.named[i] {
 			if err := upstream.CheckName(u.Name); err != nil {
 				shown := u.Name
@@ -536,6 +568,9 @@ func (c *Config) validate() ConfigErrors {
 		}
 	}
 	for i, f := range c.UpstreamFiles {
+		for _, msg := range tagErrors(f.Tags) {
+			add(c.elemKey("upstream_file", i, "tags"), "upstream_file tags: %s", msg)
+		}
 		if f.Path == "" {
 			add(c.elemKey("upstream_file", i, "path"), "upstream_file: path is required")
 		}
@@ -549,6 +584,26 @@ func (c *Config) validate() ConfigErrors {
 		}
 	}
 	return errs
+}
+
+// tagErrors says what is wrong with each tag a client could never ask
+// for: a client names tags in its proxy username ("scraper-tag-us"), where
+// '-' separates the parameters, and an HTTP client's username ends at its
+// first ':' (RFC 7617). Such a tag was silently dropped from the request
+// (the whole username taken as a user name).
+func tagErrors(tags []string) []string {
+	var msgs []string
+	for _, t := range tags {
+		switch {
+		case t == "":
+			msgs = append(msgs, "a tag must not be empty")
+		case strings.Contains(t, "-"):
+			msgs = append(msgs, fmt.Sprintf("tag %q contains '-', which separates username parameters: no client could ask for it (use letters, digits, '_' or '.')", t))
+		case strings.IndexFunc(t, func(r rune) bool { return r == ':' || unicode.IsSpace(r) || !unicode.IsPrint(r) }) >= 0:
+			msgs = append(msgs, fmt.Sprintf("tag %q contains white space, ':' or a control character, which a proxy username cannot carry", t))
+		}
+	}
+	return msgs
 }
 
 // keyError is a problem with one key of a [[table]] element, so that

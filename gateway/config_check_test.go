@@ -542,3 +542,152 @@ func TestConfigClientNamesThatCannotLogIn(t *testing.T) {
 		}
 	}
 }
+
+// TestConfigTagsClientsCanAskFor: -check accepted tags no client can name
+// in its username ("us-east": "scraper-tag-us-east" was read as a plain
+// user name and the tag dropped; "", "a b", "a:b"), and two [[client]]
+// entries of one username, whose two passwords both logged in.
+func TestConfigTagsClientsCanAskFor(t *testing.T) {
+	text := strings.Join([]string{
+		"[[upstream]]",
+		"url = \"direct://\"",
+		"tags = [\"us-east\", \"\", \"a b\", \"us_east\", \"de.1\", \"Zürich\"]", // 3
+		"[[upstream_file]]",
+		"path = \"l.txt\"",
+		"tags = [\"x:y\"]", // 6
+		"[[client]]",
+		"username = \"scraper\"", // 8
+		"password = \"Pw1first7Qx\"",
+		"[[client]]",
+		"username = \"scraper\"", // 11
+		"password = \"Pw2second9Zk\"",
+	}, "\n") + "\n"
+	_, err := ParseConfig("t.toml", []byte(text))
+	if err == nil {
+		t.Fatal("ParseConfig accepted the file")
+	}
+	want := []string{
+		`t.toml:3: upstream tags: tag "us-east" contains '-'`,
+		`t.toml:3: upstream tags: a tag must not be empty`,
+		`t.toml:3: upstream tags: tag "a b" contains white space`,
+		`t.toml:6: upstream_file tags: tag "x:y" contains white space, ':'`,
+		`t.toml:11: client "scraper" duplicates the one at line 8`,
+	}
+	got := strings.Split(err.Error(), "\n")
+	if len(got) != len(want) {
+		t.Fatalf("got:\n%s\nwant %d errors", err, len(want))
+	}
+	for i := range want {
+		if !strings.HasPrefix(got[i], want[i]) {
+			t.Errorf("error %d = %q, want %q…", i, got[i], want[i])
+		}
+	}
+	if strings.Contains(err.Error(), "first7Qx") || strings.Contains(err.Error(), "second9Zk") {
+		t.Error("a password is in the errors")
+	}
+}
+
+// TestConfigZerosThatMeanNothing: a zero the file sets where the packages
+// read zero as "the default" passed -check and was the default
+// (probe.rate = 0 started 10 probes a second, pool.max_attempts = 0 tried 3
+// upstreams, "0s" timeouts were 5 or 10 s), and slow_start = "-1s" was
+// accepted beside the documented "0s". Each is an error at its line; a
+// zero with a meaning of its own means it.
+func TestConfigZerosThatMeanNothing(t *testing.T) {
+	text := strings.Join([]string{
+		"[listen]",
+		"handshake_timeout = \"0s\"", // 2
+		"[pool]",
+		"max_attempts = 0",         // 4
+		"connect_timeout = \"0s\"", // 5
+		"handshake_timeout = \"0s\"",
+		"session_ttl = \"0s\"",
+		"retry_body_limit = 0",
+		"slow_start = \"-1s\"", // 9
+		"[probe]",
+		"timeout = \"0s\"", // 11
+		"max_concurrent = 0",
+		"rate = 0",
+		"expect_status = []",
+		"[cooldown]",
+		"multiplier = 0", // 16
+		"[cooldown.refused]",
+		"base = \"0s\"", // 18
+		"max = \"0s\"",
+		"after = 0",
+		"[slow_body]",
+		"first_byte = \"-1s\"", // 22
+		"stall = \"-2s\"",
+		"[[upstream]]",
+		"url = \"socks5://u:Pw9secret@127.0.0.1:1080\"",
+		"weight = 0", // 26
+	}, "\n") + "\n"
+	_, err := ParseConfig("z.toml", []byte(text))
+	if err == nil {
+		t.Fatal("ParseConfig accepted the file")
+	}
+	want := []string{
+		"z.toml:2: listen.handshake_timeout: must be more than 0s (10s when left out)",
+		"z.toml:4: pool.max_attempts: must be >= 1 (got 0; 3 when left out)",
+		"z.toml:5: pool.connect_timeout: must be more than 0s (5s when left out)",
+		"z.toml:6: pool.handshake_timeout: must be more than 0s (10s when left out)",
+		"z.toml:7: pool.session_ttl: must be more than 0s (10m0s when left out)",
+		"z.toml:8: pool.retry_body_limit: must be >= 1 (got 0; 65536 when left out)",
+		"z.toml:9: pool.slow_start: must not be negative (got -1s; \"0s\": no ramp)",
+		"z.toml:11: probe.timeout: must be more than 0s (5s when left out)",
+		"z.toml:12: probe.max_concurrent: must be >= 1 (got 0; 8 when left out)",
+		"z.toml:13: probe.rate: must be more than 0 (got 0; 10 when left out)",
+		"z.toml:14: probe.expect_status: must list at least one status ([200] when left out)",
+		"z.toml:16: cooldown.multiplier: must be >= 1 (got 0; 2 when left out)",
+		"z.toml:18: cooldown.refused.base: must be more than 0s (30s when left out)",
+		"z.toml:19: cooldown.refused.max: must be more than 0s (10m0s when left out)",
+		"z.toml:20: cooldown.refused.after: must be >= 1 (got 0; 1 when left out)",
+		"z.toml:22: slow_body.first_byte: must not be negative (got -1s; \"0s\" turns the check off)",
+		"z.toml:23: slow_body.stall: must not be negative (got -2s; \"0s\" turns the check off)",
+		"z.toml:26: upstream socks5://u:xxxxx@127.0.0.1:1080: weight must be >= 1 (got 0; 1 when left out; disabled = true takes an upstream out of rotation)",
+	}
+	if got := err.Error(); got != strings.Join(want, "\n") {
+		t.Errorf("got:\n%s\nwant:\n%s", got, strings.Join(want, "\n"))
+	}
+
+	// Zeros with a meaning of their own, and the documented ones, pass.
+	ok := "shutdown_grace = \"0s\"\ntunnel_idle_timeout = \"0s\"\n[listen]\nmax_connections = 0\n[slow_body]\nfirst_byte = \"0s\"\nstall = \"0s\"\n" +
+		"[cooldown.refused]\npermanent_after = 0\n[metrics]\nper_upstream_limit = 0\n[[upstream]]\nurl = \"direct://\"\nmax_conns = 0\nrate = 0\n"
+	cfg, err := ParseConfig("ok.toml", []byte(ok))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.ShutdownGrace != 0 || cfg.SlowBody.FirstByte >= 0 || cfg.SlowBody.Stall >= 0 {
+		t.Errorf("shutdown_grace %v, slow_body %v / %v; want 0 (close at once) and off, off", cfg.ShutdownGrace, cfg.SlowBody.FirstByte, cfg.SlowBody.Stall)
+	}
+	unset, err := ParseConfig("unset.toml", []byte("[[upstream]]\nurl = \"direct://\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if unset.ShutdownGrace != 30*time.Second || unset.SlowBody.FirstByte != 10*time.Second || unset.SlowBody.Stall != 30*time.Second {
+		t.Errorf("unset: shutdown_grace %v, slow_body %v / %v; want the defaults", unset.ShutdownGrace, unset.SlowBody.FirstByte, unset.SlowBody.Stall)
+	}
+}
+
+// TestConfigSyntaxErrorLine: an unterminated "[listen" header on line 1
+// was reported at line 2 (the decoder counts the newline it stopped at).
+// A syntax error is reported at the line of the byte it is about.
+func TestConfigSyntaxErrorLine(t *testing.T) {
+	for _, tt := range []struct {
+		text string
+		line int
+	}{
+		{"[listen\nsocks5 = \"127.0.0.1:1080\"\n", 1},
+		{"state_file = \"\"\n[listen\n", 2},
+		{"\n\n[[client]\nusername = \"a\"\n", 3},
+		{"[pool]\nmax_attempts = 3\nmax_attempts = 4\n", 3},
+		{"shutdown_grace = \"1s\" 2\n", 1},
+		{"[listen", 1},
+	} {
+		_, err := ParseConfig("s.toml", []byte(tt.text))
+		var errs ConfigErrors
+		if !errors.As(err, &errs) || len(errs) != 1 || errs[0].Line != tt.line {
+			t.Errorf("%q: %v, want one error at line %d", tt.text, err, tt.line)
+		}
+	}
+}

@@ -38,9 +38,16 @@ func decodeTree(text string) (map[string]any, error) {
 	return tree, err
 }
 
-// parseError formats a syntax error, which carries its line.
-func (c *Config) parseError(pe toml.ParseError) ConfigError {
-	return ConfigError{File: c.path, Line: pe.Position.Line, Msg: redactText(pe.Message)}
+// parseError formats a syntax error, at the line of the byte it is
+// about. The decoder's own line is one too far when that byte is a
+// newline ("[listen" then a line break is reported at the next line), so
+// the line is counted from the byte offset it gives, when it gives one.
+func (c *Config) parseError(pe toml.ParseError, text string) ConfigError {
+	line := pe.Position.Line
+	if start := pe.Position.Start; start > 0 && start <= len(text) {
+		line = 1 + strings.Count(text[:start], "\n")
+	}
+	return ConfigError{File: c.path, Line: line, Msg: redactText(pe.Message)}
 }
 
 // decode fills c from text, whose plain tree is tree. It returns the

@@ -1,10 +1,14 @@
 package gateway
 
 import (
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/rs/zerolog"
 )
 
 // writeFiles writes name → text under dir.
@@ -95,4 +99,102 @@ func mustRead(t *testing.T, path string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// TestUpstreamNameIsAnotherDefault: an [[upstream]] named "127.0.0.1:8"
+// next to an unnamed one whose default name is "127.0.0.1:8" passed
+// -check; the API then listed the named one as 127.0.0.1:8 and the other
+// as 127.0.0.1:8#2, so disabling "127.0.0.1:8" disabled the wrong proxy,
+// and curl cut "#2" off as a fragment. Such a name is now an error of the
+// config (of -check, a start and a reload); a list line it would clash
+// with is skipped; unnamed upstreams of one host:port still get distinct
+// names (user@host:port, and a ~N suffix URLs carry as is).
+func TestUpstreamNameIsAnotherDefault(t *testing.T) {
+	t.Run("[[upstream]]", func(t *testing.T) {
+		dir := t.TempDir()
+		writeFiles(t, dir, map[string]string{"rotor.toml": strings.Join([]string{
+			"[[upstream]]",
+			"url = \"http://127.0.0.1:7\"",
+			"name = \"127.0.0.1:8\"", // 3
+			"[[upstream]]",
+			"url = \"http://127.0.0.1:8\"", // 5
+		}, "\n") + "\n"})
+		path := filepath.Join(dir, "rotor.toml")
+		want := path + ":3: upstream name \"127.0.0.1:8\" duplicates the one at line 5 (the default name of that unnamed upstream): name one of them otherwise"
+		if err := CheckConfig(path); err == nil || err.Error() != want {
+			t.Errorf("CheckConfig: %v\nwant %s", err, want)
+		}
+		cfg, err := LoadConfig(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := New(cfg, Options{Log: zerolog.Nop()}); err == nil || err.Error() != want {
+			t.Errorf("New: %v\nwant %s", err, want)
+		}
+	})
+	t.Run("list line", func(t *testing.T) {
+		dir := t.TempDir()
+		writeFiles(t, dir, map[string]string{
+			"rotor.toml": "[[upstream]]\nurl = \"http://127.0.0.1:7\"\nname = \"127.0.0.1:8\"\n[[upstream_file]]\npath = \"list.txt\"\n",
+			"list.txt":   "127.0.0.1:9\n127.0.0.1:8\n",
+		})
+		path, list := filepath.Join(dir, "rotor.toml"), filepath.Join(dir, "list.txt")
+		want := list + ":2: upstream http://127.0.0.1:8 would be named \"127.0.0.1:8\", which is the name of the [[upstream]] at " + path + ":3 (rename that one)"
+		if err := CheckConfig(path); err == nil || err.Error() != want {
+			t.Errorf("CheckConfig: %v\nwant %s", err, want)
+		}
+		cfg, err := LoadConfig(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		specs, lists, problems, err := cfg.specs()
+		if err != nil || len(problems) != 1 || problems[0].Error() != want {
+			t.Fatalf("specs: %v, problems %v\nwant the problem %s", err, problems, want)
+		}
+		var names []string
+		for _, s := range specs {
+			names = append(names, s.Name)
+		}
+		if strings.Join(names, " ") != "127.0.0.1:8 127.0.0.1:9" || len(lists) != 1 || lists[0].N != 1 {
+			t.Errorf("specs named %v, list count %v; want [127.0.0.1:8 127.0.0.1:9] and 1", names, lists)
+		}
+	})
+	t.Run("unnamed ones of one host:port", func(t *testing.T) {
+		dir := t.TempDir()
+		writeFiles(t, dir, map[string]string{
+			// A gateway named after its host:port, and a session-in-username
+			// list on it: the lines are user@host:port, no clash.
+			"rotor.toml": "[[upstream]]\nurl = \"http://127.0.0.1:7000\"\nname = \"127.0.0.1:7000\"\n[[upstream_file]]\npath = \"list.txt\"\n" +
+				"[[upstream]]\nurl = \"http://127.0.0.1:9\"\n[[upstream]]\nurl = \"socks5://127.0.0.1:9\"\n",
+			"list.txt": "127.0.0.1:7000:user-session-1:pw\n127.0.0.1:7000:user-session-2:pw\n",
+		})
+		path := filepath.Join(dir, "rotor.toml")
+		if err := CheckConfig(path); err != nil {
+			t.Fatalf("CheckConfig: %v", err)
+		}
+		cfg, err := LoadConfig(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv, err := New(cfg, Options{Log: zerolog.Nop()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range []string{"127.0.0.1:7000", "user-session-1@127.0.0.1:7000", "user-session-2@127.0.0.1:7000", "127.0.0.1:9", "127.0.0.1:9~2"} {
+			if srv.Pool().Lookup(name) == nil {
+				t.Errorf("no upstream named %q", name)
+			}
+		}
+		// The suffixed name goes into the admin API's path as it is.
+		ts := httptest.NewServer(srv.adminHandler())
+		defer ts.Close()
+		resp, err := http.Get(ts.URL + "/api/upstreams/127.0.0.1:9~2")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("GET /api/upstreams/127.0.0.1:9~2: %d, want 200", resp.StatusCode)
+		}
+	})
 }

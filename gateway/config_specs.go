@@ -2,8 +2,10 @@ package gateway
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/rs/zerolog"
 
@@ -32,9 +34,11 @@ type ListCount struct {
 
 // specs is Specs without logging: it returns skipped lines as problems,
 // in file order and, within a file, in line order. err holds every bad
-// [[upstream]] and unreadable list file, not only the first.
+// [[upstream]] and unreadable list file, not only the first, and every
+// [[upstream]] name that is another one's default name (nameSpecs).
 func (c *Config) specs() ([]upstream.Spec, []ListCount, []ConfigError, error) {
 	var specs []upstream.Spec
+	var from []origin
 	var fatal ConfigErrors
 	for i, u := range c.Upstreams {
 		s, err := u.spec()
@@ -42,21 +46,33 @@ func (c *Config) specs() ([]upstream.Spec, []ListCount, []ConfigError, error) {
 			fatal = append(fatal, ConfigError{File: c.path, Line: c.elemKey("upstream", i, "url"), Msg: err.Error()})
 			continue
 		}
-		specs = append(specs, s)
+		specs, from = append(specs, s), append(from, origin{elem: i})
 	}
-	lists, problems, ferrs := c.listSpecs(&specs)
+	lists, problems, ferrs := c.listSpecs(&specs, &from)
 	if fatal = append(fatal, ferrs...); len(fatal) > 0 {
 		return nil, nil, nil, fatal
 	}
-	nameDefaults(specs)
-	return specs, lists, problems, nil
+	specs, clashes, skipped := c.nameSpecs(specs, from, lists)
+	if len(clashes) > 0 {
+		return nil, nil, nil, clashes
+	}
+	return specs, lists, c.mergeProblems(problems, skipped, lists), nil
+}
+
+// origin is where a spec came from, for the errors about it: the elem-th
+// [[upstream]] of the config (file ""), or line line of list file file.
+type origin struct {
+	elem int
+	file string
+	line int
 }
 
 // listSpecs appends the upstreams of every [[upstream_file]] to specs
-// (whose [[upstream]] entries are there already, for duplicates). It
-// returns each readable file's count, the lines skipped, and one error
-// per file that cannot be read, at the line of its path.
-func (c *Config) listSpecs(specs *[]upstream.Spec) ([]ListCount, []ConfigError, ConfigErrors) {
+// (whose [[upstream]] entries are there already, for duplicates), and
+// where each came from to origins. It returns each readable file's count,
+// the lines skipped, and one error per file that cannot be read, at the
+// line of its path.
+func (c *Config) listSpecs(specs *[]upstream.Spec, origins *[]origin) ([]ListCount, []ConfigError, ConfigErrors) {
 	var problems []ConfigError
 	var lists []ListCount
 	var unreadable ConfigErrors
@@ -103,6 +119,7 @@ func (c *Config) listSpecs(specs *[]upstream.Spec) ([]ListCount, []ConfigError, 
 			}
 			seen[k] = true
 			*specs = append(*specs, upstream.Spec{URL: e.URL, Tags: f.Tags, Pipeline: f.Pipeline})
+			*origins = append(*origins, origin{elem: -1, file: path, line: e.Line})
 		}
 		// Lines that do not parse and lines that parse but are refused
 		// were found in two passes: report them as they are in the file.
@@ -115,7 +132,8 @@ func (c *Config) listSpecs(specs *[]upstream.Spec) ([]ListCount, []ConfigError, 
 // emptyListMsg describes a list file that gave no upstreams.
 const emptyListMsg = "no upstreams in this list file (empty, only comments, or no usable line)"
 
-// resolve makes a list-file path relative to the config file's directory.
+// resolve makes a path of the config (state_file, upstream_ca_file, a
+// list file) relative to the config file's directory.
 func (c *Config) resolve(p string) string {
 	if filepath.IsAbs(p) || c.path == "" {
 		return p
@@ -123,22 +141,94 @@ func (c *Config) resolve(p string) string {
 	return filepath.Join(filepath.Dir(c.path), p)
 }
 
-// nameDefaults names unnamed upstreams host:port, or user@host:port when
-// several share a host:port (session-in-username providers), and makes any
-// remaining clash unique with a #N suffix.
-func nameDefaults(specs []upstream.Spec) {
+// nameSpecs names the unnamed specs (nameDefaults; from says where each
+// came from, lists are the list files read). An unnamed upstream whose
+// default name is the name an [[upstream]] sets would make the admin API
+// and the logs mean one while saying the other: for an unnamed [[upstream]]
+// that is an error of the config, at the name (clashes); a list line is
+// skipped (returned in skipped, left out of the specs returned and of
+// its file's count in lists).
+func (c *Config) nameSpecs(specs []upstream.Spec, from []origin, lists []ListCount) (named []upstream.Spec, clashes ConfigErrors, skipped []ConfigError) {
+	explicit := map[string]int{} // name → index in specs
+	for i, s := range specs {
+		if s.Name != "" {
+			explicit[s.Name] = i
+		}
+	}
+	taken := nameDefaults(specs)
+	if len(taken) == 0 {
+		return specs, nil, nil
+	}
+	drop := make(map[int]bool, len(taken))
+	for _, i := range taken {
+		owner := from[explicit[specs[i].Name]]
+		nameLine := c.elemKey("upstream", owner.elem, "name")
+		if o := from[i]; o.file == "" {
+			clashes = append(clashes, ConfigError{File: c.path, Line: nameLine,
+				Msg: fmt.Sprintf("upstream name %q duplicates the one at line %d (the default name of that unnamed upstream): name one of them otherwise", specs[i].Name, c.elemKey("upstream", o.elem, "url"))})
+		} else {
+			skipped = append(skipped, ConfigError{File: o.file, Line: o.line,
+				Msg: fmt.Sprintf("upstream %s would be named %q, which is the name of the [[upstream]] at %s:%d (rename that one)", upstream.Redact(specs[i].URL), specs[i].Name, c.path, nameLine)})
+			drop[i] = true
+			if l := slices.IndexFunc(lists, func(l ListCount) bool { return l.Path == o.file }); l >= 0 {
+				lists[l].N--
+			}
+		}
+	}
+	if len(clashes) > 0 {
+		return nil, clashes.sorted(), nil
+	}
+	named = specs[:0:0]
+	for i, s := range specs {
+		if !drop[i] {
+			named = append(named, s)
+		}
+	}
+	return named, nil, skipped
+}
+
+// mergeProblems puts the lines nameSpecs skipped among the problems
+// listSpecs found, keeping the order of files and, in each, of lines.
+func (c *Config) mergeProblems(problems, more []ConfigError, lists []ListCount) []ConfigError {
+	if len(more) == 0 {
+		return problems
+	}
+	order := make(map[string]int, len(lists))
+	for i := len(lists) - 1; i >= 0; i-- {
+		order[lists[i].Path] = i
+	}
+	all := append(append([]ConfigError(nil), problems...), more...)
+	slices.SortStableFunc(all, func(a, b ConfigError) int {
+		if d := order[a.File] - order[b.File]; d != 0 {
+			return d
+		}
+		return a.Line - b.Line
+	})
+	return all
+}
+
+// nameDefaults names the unnamed specs host:port ("direct" for direct),
+// or user@host:port when several share a host:port (session-in-username
+// providers: identity includes the username). A default name that
+// another unnamed spec has already is made unique with a ~N suffix ('~'
+// needs no escaping in a URL, so the admin API's path takes it as it is;
+// a '#' would be cut off as a fragment). It returns, in order, the
+// unnamed specs whose default name is a name a spec sets: those are given
+// that name, for the caller to refuse.
+func nameDefaults(specs []upstream.Spec) (taken []int) {
 	hostCount := map[string]int{}
 	for _, s := range specs {
 		if s.Name == "" {
 			hostCount[s.URL.Host]++
 		}
 	}
-	used := map[string]bool{}
+	explicit := map[string]bool{}
 	for _, s := range specs {
 		if s.Name != "" {
-			used[s.Name] = true
+			explicit[s.Name] = true
 		}
 	}
+	used := maps.Clone(explicit)
 	for i := range specs {
 		s := &specs[i]
 		if s.Name != "" {
@@ -150,13 +240,19 @@ func nameDefaults(specs []upstream.Spec) {
 		} else if hostCount[s.URL.Host] > 1 && s.URL.User != nil {
 			name = s.URL.User.Username() + "@" + s.URL.Host
 		}
+		if explicit[name] {
+			taken = append(taken, i)
+			s.Name = name
+			continue
+		}
 		base := name
 		for n := 2; used[name]; n++ {
-			name = fmt.Sprintf("%s#%d", base, n)
+			name = fmt.Sprintf("%s~%d", base, n)
 		}
 		used[name] = true
 		s.Name = name
 	}
+	return taken
 }
 
 // CheckConfig is -check: it reads the config file at path and its list
@@ -193,17 +289,23 @@ func (c *Config) CheckLists() error {
 	return nil
 }
 
-// listErrors is every problem of the list files: each unreadable file (at
-// the line of its path in the config), and each readable file's skipped
+// listErrors is every problem of the list files, and of the names they
+// give: own holds the errors of the config file itself (each unreadable
+// file, at the line of its path; each [[upstream]] name that is another
+// [[upstream]]'s default name), problems each readable file's skipped
 // lines in line order, then whether it gave no upstream.
-func (c *Config) listErrors() (unreadable, problems ConfigErrors) {
+func (c *Config) listErrors() (own, problems ConfigErrors) {
 	var specs []upstream.Spec
-	for _, u := range c.Upstreams {
+	var from []origin
+	for i, u := range c.Upstreams {
 		if s, err := u.spec(); err == nil { // a bad one is a config error
-			specs = append(specs, s)
+			specs, from = append(specs, s), append(from, origin{elem: i})
 		}
 	}
-	lists, skipped, unreadable := c.listSpecs(&specs)
+	lists, skipped, own := c.listSpecs(&specs, &from)
+	_, clashes, more := c.nameSpecs(specs, from, lists)
+	own = append(own, clashes...)
+	skipped = c.mergeProblems(skipped, more, lists)
 	for _, l := range lists {
 		for len(skipped) > 0 && skipped[0].File == l.Path {
 			problems, skipped = append(problems, skipped[0]), skipped[1:]
@@ -212,5 +314,5 @@ func (c *Config) listErrors() (unreadable, problems ConfigErrors) {
 			problems = append(problems, ConfigError{File: l.Path, Msg: emptyListMsg})
 		}
 	}
-	return unreadable, append(problems, skipped...)
+	return own, append(problems, skipped...)
 }

@@ -1,7 +1,11 @@
 package gateway
 
 import (
+	"fmt"
+	"io"
+	"net"
 	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -148,5 +152,46 @@ func TestMetricsRegistryPerServer(t *testing.T) {
 	_, _, body := b.do(t, "GET", "/metrics", "")
 	if !strings.Contains(body, `rotor_bytes_total{direction="up"} 0`) {
 		t.Errorf("second server sees the first one's bytes")
+	}
+}
+
+// TestSOCKS5ClientAuthCounted: missing or wrong SOCKS5 credentials were
+// counted as outcome handshake_error, while the HTTP front counts its 407
+// as client_auth. Both fronts count them as client_auth now; a broken
+// handshake is still handshake_error.
+func TestSOCKS5ClientAuthCounted(t *testing.T) {
+	srv, _ := startGateway(t, "[[client]]\nusername = \"scraper\"\npassword = \"s3cret\"\n[[upstream]]\nurl = \"direct://\"\n")
+	front := srv.Addr("socks5")
+	if _, err := socksAsk(t, front, socksHello("scraper", "wrong", "example.com:80")); err == nil {
+		t.Error("wrong password: the handshake went through")
+	}
+	if rep, err := socksAsk(t, front, socksHello("", "", "example.com:80")); err != nil || rep != 0xFF {
+		t.Errorf("no credentials: %#x %v, want method 0xFF", rep, err)
+	}
+	c, err := net.DialTimeout("tcp", front, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = c.Write([]byte{4, 1, 0, 80, 127, 0, 0, 1, 0}) // SOCKS4
+	_, _ = io.Copy(io.Discard, c)                        // until rotor closes it
+	c.Close()
+	count := func(outcome string) float64 {
+		resp, err := http.Get("http://" + srv.Addr("admin") + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		var n float64
+		_, _ = fmt.Sscan(strings.TrimPrefix(regexp.MustCompile(`(?m)^rotor_tunnels_total\{front="socks5",outcome="`+outcome+`"\} .*$`).FindString(string(body)),
+			`rotor_tunnels_total{front="socks5",outcome="`+outcome+`"} `), &n)
+		return n
+	}
+	eventuallyTrue(t, "three failed handshakes counted", func() bool { return count("client_auth")+count("handshake_error") == 3 })
+	if got, want := count("client_auth"), 2.0; got != want {
+		t.Errorf(`rotor_tunnels_total{front="socks5",outcome="client_auth"} = %v, want %v`, got, want)
+	}
+	if got, want := count("handshake_error"), 1.0; got != want {
+		t.Errorf(`rotor_tunnels_total{front="socks5",outcome="handshake_error"} = %v, want %v`, got, want)
 	}
 }

@@ -155,3 +155,37 @@ func TestReloadConnectionLimitsNeedRestart(t *testing.T) {
 		}
 	}
 }
+
+// TestReloadAllowPrivateDestinations: allow_private_destinations was read
+// once, when the direct dialer was built, and a reload left it as it was
+// in both directions (only "config reloaded" was logged). Tightening it
+// live is what an operator does: it now holds for the next tunnel, and
+// loosening it applies too.
+func TestReloadAllowPrivateDestinations(t *testing.T) {
+	target := upstreamtest.NewTarget(t)
+	conf := func(allow bool) string {
+		return fmt.Sprintf("allow_private_destinations = %t\n[pool]\nstart_eligible = true\n[listen]\nsocks5 = \"127.0.0.1:0\"\nhttp = \"\"\nadmin = \"\"\n"+
+			"[[upstream]]\nurl = \"direct://\"\nname = \"direct\"\n", allow)
+	}
+	for _, start := range []bool{true, false} {
+		t.Run(fmt.Sprintf("from %t", start), func(t *testing.T) {
+			srv, _ := startGateway(t, conf(start))
+			for _, allow := range []bool{start, !start, start} {
+				next, err := ParseConfig("test.toml", []byte(conf(allow)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := srv.Reload(next); err != nil {
+					t.Fatal(err)
+				}
+				want := byte(repSuccess)
+				if !allow {
+					want = repHostUnreachable // the direct upstream refuses 127.0.0.1
+				}
+				if got := socksConnect(t, srv.Addr("socks5"), target.Addr()); got != want {
+					t.Errorf("allow_private_destinations = %t after a reload: SOCKS5 reply %#x to %s, want %#x", allow, got, target.Addr(), want)
+				}
+			}
+		})
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -115,8 +116,11 @@ func New(cfg *Config, opt Options) (*Server, error) {
 		}
 		upTLS = t
 	}
-	dial := upstream.DialConfig{AllowPrivate: cfg.AllowPrivateDestinations, TLS: upTLS, KeepAlive: dialKeepAlive,
-		Forbid: s.forbidSelf}
+	// The destination policy is forbidDestination's, which reads the
+	// config in force at each dial: the dialers are built once per
+	// upstream, and a reload of allow_private_destinations must apply.
+	dial := upstream.DialConfig{AllowPrivate: true, TLS: upTLS, KeepAlive: dialKeepAlive,
+		Forbid: s.forbidDestination}
 	pool, err := upstream.NewPool(cfg.Pool, dial, s.tr, clock, opt.Log)
 	if err != nil {
 		return fail(err)
@@ -141,6 +145,22 @@ func New(cfg *Config, opt Options) (*Server, error) {
 		return fail(err)
 	}
 	return s, nil
+}
+
+// errPrivateDestination refuses a private destination of the direct
+// upstream (forbidDestination).
+var errPrivateDestination = errors.New("not a public address (allow_private_destinations = false)")
+
+// forbidDestination is the direct dialer's policy (DialConfig.Forbid) on
+// the address a target resolved to: only public addresses unless the
+// config in force allows private ones (read at each dial, so a reload
+// that tightens allow_private_destinations holds for the next tunnel and
+// probe), and never rotor's own listeners (forbidSelf).
+func (s *Server) forbidDestination(ap netip.AddrPort) error {
+	if cfg := s.cfg.Load(); (cfg == nil || !cfg.AllowPrivateDestinations) && upstream.ForbiddenDestination(ap.Addr()) {
+		return errPrivateDestination
+	}
+	return s.forbidSelf(ap)
 }
 
 func trackerConfig(cfg *Config) health.Config {

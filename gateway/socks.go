@@ -164,17 +164,20 @@ func (s *Server) serveSOCKS(c net.Conn, release func()) {
 	read, glen, err := readGreeting(c)
 	if err != nil {
 		_ = c.Close()
-		s.socksHandshakeFailed(id, c, err)
+		s.socksHandshakeFailed(id, c, err, false)
 		return
 	}
 	preferMethod(read[:glen], 0x02)
 	cc := &socksConn{Conn: c, pre: read, captured: append([]byte(nil), read...)}
 	var user string
 	userPass := false // the client authenticated with RFC 1929 (maybe with an empty name)
+	// Missing (05 FF) or wrong credentials count as client_auth, as a 407 does.
+	clientAuth := auth.required() && read[0] == 5 && bytes.IndexByte(read[2:glen], 0x02) < 0
 	creds := credentialFunc(func(u, p string) bool {
 		params := parseUser(u)
 		user, userPass = u, true
-		return auth.check(params.User, p)
+		clientAuth = !auth.check(params.User, p)
+		return !clientAuth
 	})
 	methods := []socks5.Authenticator{socks5.UserPassAuthenticator{Credentials: creds}}
 	if !auth.required() {
@@ -201,19 +204,23 @@ func (s *Server) serveSOCKS(c net.Conn, release func()) {
 	err = srv.ServeConn(cc)
 	if !handled {
 		_ = c.Close()
-		s.socksHandshakeFailed(id, c, err)
+		s.socksHandshakeFailed(id, c, err, clientAuth)
 	}
 }
 
 // socksHandshakeFailed logs and counts a client that did not get as far as
-// a request rotor could act on. A client that left before its first byte
-// is not worth a line.
-func (s *Server) socksHandshakeFailed(id uint64, c net.Conn, err error) {
+// a request rotor could act on (clientAuth: for want of valid credentials).
+// A client that left before its first byte is not worth a line.
+func (s *Server) socksHandshakeFailed(id uint64, c net.Conn, err error, clientAuth bool) {
 	if err == nil || errors.Is(err, io.EOF) {
 		return
 	}
 	s.log.Debug().Uint64("conn_id", id).Str("listener", "socks5").Str("client", c.RemoteAddr().String()).
 		Str("err", err.Error()).Msg("socks5 handshake failed")
+	if clientAuth {
+		s.metrics.tunnelDone("socks5", "client_auth")
+		return
+	}
 	s.metrics.tunnelDone("socks5", "handshake_error")
 }
 

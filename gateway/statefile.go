@@ -19,6 +19,9 @@ package gateway
 // parsed is renamed aside to <file>.corrupt-<timestamp> and start-up goes
 // on without it; when it cannot be set aside, rotor does not write the
 // state file at all rather than destroy what an operator may want back.
+// A record that cannot be read in a file that can is skipped with a
+// warning naming its line: the others, operator disables included, are
+// restored.
 
 import (
 	"bytes"
@@ -90,6 +93,9 @@ type stateDoc struct {
 	Records []stateRecord `json:"records"`
 	// Removed is left out when empty.
 	Removed []stateRemoved `json:"removed,omitempty"`
+
+	// skipped are the records parseState could not read and left out.
+	skipped []stateSkip
 }
 
 // stateRecord is one upstream record, keyed by the endpoint's identity
@@ -156,7 +162,7 @@ type stateTarget struct {
 // It is a no-op when state_file is unset or the writer already started.
 func (s *Server) startStateFile() {
 	sf := &s.metrics.persist
-	path := s.cfg.Load().StateFile
+	path := s.cfg.Load().statePath()
 	sf.mu.Lock()
 	if path == "" || sf.started {
 		sf.mu.Unlock()
@@ -327,7 +333,7 @@ func (s *Server) saveState() error {
 	path, blocked := sf.path, sf.blocked
 	sf.mu.Unlock()
 	if path == "" {
-		path = s.cfg.Load().StateFile
+		path = s.cfg.Load().statePath()
 	}
 	if path == "" {
 		return nil
@@ -443,17 +449,22 @@ func (r stateRecord) snapshot() health.Snapshot {
 	return s
 }
 
+// maxSkipLogged bounds the lines logged for unreadable records of one
+// state file; the rest are counted.
+const maxSkipLogged = 20
+
 // loadState restores records from the state file by identity key. A
 // missing file is not an error. A file that cannot be parsed is renamed
-// aside and reported; start-up goes on with fresh records. Records for
-// upstreams no longer configured are ignored.
+// aside and reported; start-up goes on with fresh records. A record that
+// cannot be read is logged with its line and skipped; the others are
+// restored. Records for upstreams no longer configured are ignored.
 func (s *Server) loadState() error {
 	sf := &s.metrics.persist
 	sf.mu.Lock()
 	path := sf.path
 	sf.mu.Unlock()
 	if path == "" {
-		path = s.cfg.Load().StateFile
+		path = s.cfg.Load().statePath()
 	}
 	if path == "" {
 		return nil
@@ -474,6 +485,14 @@ func (s *Server) loadState() error {
 			return fmt.Errorf("state file %s is corrupt (%v) and could not be set aside: %w (it will not be written)", path, err, rerr)
 		}
 		return fmt.Errorf("state file %s is corrupt (%v): moved to %s; starting with fresh records", path, err, aside)
+	}
+	for i, sk := range doc.skipped {
+		if i == maxSkipLogged {
+			s.log.Warn().Str("path", path).Int("more", len(doc.skipped)-i).Msg("state file: more records skipped")
+			break
+		}
+		s.log.Warn().Str("path", path).Int("line", sk.line).Str("key", sk.key).Bool("removed", sk.removed).
+			Str("err", sk.err.Error()).Msg("state file record skipped: it cannot be read; the others are restored")
 	}
 	byKey := make(map[string]stateRecord, len(doc.Records))
 	for _, r := range doc.Records {
@@ -508,36 +527,10 @@ func (s *Server) loadState() error {
 			kept++
 		}
 	}
-	s.log.Info().Str("path", path).Int("restored", restored).Int("stale", len(doc.Records)-restored).
+	s.log.Info().Str("path", path).Int("restored", restored).Int("stale", len(doc.Records)-restored).Int("skipped", len(doc.skipped)).
 		Int("revived", revived).Int("removed", kept).Int("expired", expired).
 		Time("written", doc.Written).Msg("state file restored")
 	return nil
-}
-
-// parseState decodes and checks a state file.
-func parseState(data []byte) (*stateDoc, error) {
-	var doc stateDoc
-	dec := json.NewDecoder(bytes.NewReader(data))
-	if err := dec.Decode(&doc); err != nil {
-		return nil, err
-	}
-	if dec.More() {
-		return nil, errors.New("trailing data after the document")
-	}
-	if doc.Version != stateVersion {
-		return nil, fmt.Errorf("unsupported version %d (want %d)", doc.Version, stateVersion)
-	}
-	for i, r := range doc.Records {
-		if r.Key == "" {
-			return nil, fmt.Errorf("record %d has no key", i)
-		}
-	}
-	for i, r := range doc.Removed {
-		if r.Key == "" || r.RemovedAt.IsZero() {
-			return nil, fmt.Errorf("removed record %d has no key or no removed_at", i)
-		}
-	}
-	return &doc, nil
 }
 
 // blockState stops every later write to the state file.

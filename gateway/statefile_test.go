@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/url"
 	"os"
@@ -154,9 +155,10 @@ func TestStateFileCorrupt(t *testing.T) {
 		{"not JSON", "{\"version\": 1, \"records\": [ {\"key\": "},
 		{"empty", ""},
 		{"unknown version", `{"version": 99, "records": []}`},
-		{"unknown state", `{"version": 1, "records": [{"key": "direct://", "state": "melted"}]}`},
-		{"removed record without key", `{"version": 1, "records": [], "removed": [{"state": "disabled", "removed_at": "2026-11-29T21:59:00Z"}]}`},
-		{"removed record without time", `{"version": 1, "records": [], "removed": [{"key": "direct://", "state": "disabled"}]}`},
+		{"not an object", `[{"version": 1}]`},
+		{"records not an array", `{"version": 1, "records": {"key": "direct://"}}`},
+		{"a record that is not JSON", "{\"version\": 1, \"records\": [\n {\"key\": \"direct://\"},\n {\"key\": direct}\n]}"},
+		{"trailing data", `{"version": 1, "records": []} {}`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -496,5 +498,109 @@ func TestRemovedSecretsPruned(t *testing.T) {
 	rs.scrubbers(nil) // bob back in the config, or forgotten
 	if len(rs.pw) != 0 {
 		t.Errorf("%d passwords kept after the record left the tracker, want 0", len(rs.pw))
+	}
+}
+
+// TestStateFileRelativeToConfig: a relative state_file was taken from the
+// working directory (/ under systemd), while upstream_ca_file and list
+// files are taken from the config file's directory. It is now like them.
+func TestStateFileRelativeToConfig(t *testing.T) {
+	dir, cwd := t.TempDir(), t.TempDir()
+	t.Chdir(cwd)
+	path := filepath.Join(dir, "rotor.toml")
+	text := "state_file = \"state/rotor-state.json\"\n[listen]\nsocks5 = \"127.0.0.1:0\"\nhttp = \"\"\nadmin = \"\"\n[[upstream]]\nurl = \"direct://\"\nname = \"direct\"\n"
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := LoadConfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := New(cfg, Options{Log: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "state", "rotor-state.json")); err != nil {
+		t.Errorf("no state file beside the config: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(cwd, "state")); err == nil {
+		t.Error("the state file was written under the working directory")
+	}
+}
+
+// TestStateFileBadRecordSkipped: one record that could not be read (a
+// state no rotor writes) made rotor set the whole file aside, and every
+// operator disable in it was lost: the disabled upstream came back
+// eligible. The record is skipped with a warning naming it and its line;
+// the others are restored, and the file stays where it is.
+func TestStateFileBadRecordSkipped(t *testing.T) {
+	dir := t.TempDir()
+	text := stateConfig(dir)
+	clk := fixedClock()
+	a, _ := newStateServer(t, text, clk)
+	a.tr.Disable(a.pool.Lookup("bob@127.0.0.1:2").Record(), "maintenance")
+	a.startStateFile()
+	a.stopStateFile()
+	path := a.cfg.Load().StateFile
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(string(data), "\n")
+	bad := 0
+	for i, l := range lines {
+		if strings.Contains(l, `"name":"dc-1"`) {
+			lines[i] = strings.Replace(l, `"state":"eligible"`, `"state":"bogus"`, 1)
+			bad = i + 1
+		}
+	}
+	// And a removed record with no removed_at, after the records.
+	doc := strings.Replace(strings.Join(lines, "\n"), "\n  ]\n}", "\n  ],\n  \"removed\": [\n    {\"key\":\"socks5://gone@127.0.0.1:9\",\"state\":\"disabled\"}\n  ]\n}", 1)
+	if bad == 0 || !strings.Contains(doc, "bogus") || !strings.Contains(doc, "gone@") {
+		t.Fatalf("could not edit the state file:\n%s", data)
+	}
+	if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	removedLine := 1 + strings.Count(doc[:strings.Index(doc, "gone@")], "\n")
+
+	b, logs := newStateServer(t, text, clk)
+	b.startStateFile()
+	t.Cleanup(b.stopStateFile)
+	if bob := snapOf(t, b, "bob@127.0.0.1:2"); bob.State != health.Disabled || bob.Reason != health.Operator {
+		t.Errorf("bob after a restart beside a bad record: %v %v, want disabled operator (restored)", bob.State, bob.Reason)
+	}
+	if asides, _ := filepath.Glob(path + ".corrupt-*"); len(asides) != 0 {
+		t.Errorf("the file was set aside for one bad record: %v", asides)
+	}
+	var skips []map[string]any
+	for _, l := range strings.Split(logs.String(), "\n") {
+		var m map[string]any
+		if json.Unmarshal([]byte(l), &m) == nil && m["message"] == "state file record skipped: it cannot be read; the others are restored" {
+			skips = append(skips, m)
+		}
+	}
+	if len(skips) != 2 {
+		t.Fatalf("%d skipped records logged, want 2:\n%s", len(skips), logs.String())
+	}
+	for i, want := range []struct {
+		line    int
+		key     string
+		removed bool
+		err     string
+	}{{bad, "socks5://alice@127.0.0.1:1", false, "bogus"}, {removedLine, "socks5://gone@127.0.0.1:9", true, "removed_at"}} {
+		m := skips[i]
+		if m["level"] != "warn" || m["line"] != float64(want.line) || m["key"] != want.key || m["removed"] != want.removed || !strings.Contains(fmt.Sprint(m["err"]), want.err) {
+			t.Errorf("skip %d logged as %v; want line %d, key %s, removed %v, err about %s", i, m, want.line, want.key, want.removed, want.err)
+		}
+	}
+	if !strings.Contains(logs.String(), `"restored":1`) || !strings.Contains(logs.String(), `"skipped":2`) {
+		t.Errorf("restore not logged with its counts: %s", logs.String())
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/signal"
 	"sync"
@@ -51,6 +52,11 @@ func run(args []string, stdout, stderr io.Writer, notify notifyFunc) int {
 		usage(fs, stderr)
 		return 2
 	}
+	if *check && *healthcheck {
+		fmt.Fprintln(stderr, "rotor: -check and -healthcheck cannot be given together")
+		usage(fs, stderr)
+		return 2
+	}
 	if fs.NArg() > 0 {
 		// Parsing stops at the first non-flag: whatever follows it would be
 		// ignored, and `rotor check -config a.toml` would serve on defaults.
@@ -87,9 +93,14 @@ func run(args []string, stdout, stderr io.Writer, notify notifyFunc) int {
 		fmt.Fprintf(stderr, "rotor: -log-level must be debug, info, warn or error, not %q\n", *logLevel)
 		return 2
 	}
+	path, err := configFile(*configPath)
+	if err != nil {
+		fmt.Fprintln(stderr, "rotor:", err)
+		return 1
+	}
 	if *healthcheck {
 		// Asks the running rotor, not the file on disk (gateway.Healthcheck).
-		if err := gateway.Healthcheck(configFile(*configPath)); err != nil {
+		if err := gateway.Healthcheck(path); err != nil {
 			fmt.Fprintln(stderr, "rotor: unhealthy:", err)
 			return 1
 		}
@@ -101,7 +112,6 @@ func run(args []string, stdout, stderr io.Writer, notify notifyFunc) int {
 
 	if *check {
 		// Every problem of the file and its list files, in one run.
-		path := configFile(*configPath)
 		if path == "" {
 			fmt.Fprintln(stdout, "built-in defaults: ok")
 			return 0
@@ -121,7 +131,7 @@ func run(args []string, stdout, stderr io.Writer, notify notifyFunc) int {
 		fmt.Fprintf(stdout, "%s: ok\n", path)
 		return 0
 	}
-	cfg, err := loadConfig(*configPath)
+	cfg, err := loadConfig(path)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1
@@ -215,23 +225,35 @@ func usage(fs *flag.FlagSet, w io.Writer) {
 	fs.PrintDefaults()
 }
 
-// loadConfig loads path, or ./rotor.toml when present, or the defaults.
+// loadConfig loads path, or the defaults when path is "" (configFile).
 func loadConfig(path string) (*gateway.Config, error) {
-	if path = configFile(path); path == "" {
+	if path == "" {
 		return gateway.Defaults(), nil
 	}
 	return gateway.LoadConfig(path)
 }
 
 // configFile is the file rotor runs from: path, else ./rotor.toml when
-// present, else "" (built-in defaults).
-func configFile(path string) string {
-	if path == "" {
-		if _, err := os.Stat("rotor.toml"); err == nil {
-			return "rotor.toml"
-		}
+// present, else "" (built-in defaults). Only a ./rotor.toml that does not
+// exist at all means the defaults: a symlink to nothing, or one rotor may
+// not look at, is an error, so that rotor never serves on the defaults
+// (which let the direct upstream reach private addresses) in place of the
+// config it was meant to read.
+func configFile(path string) (string, error) {
+	const local = "rotor.toml"
+	if path != "" {
+		return path, nil
 	}
-	return path
+	if _, err := os.Lstat(local); errors.Is(err, fs.ErrNotExist) {
+		return "", nil
+	} else if err != nil {
+		return "", err
+	}
+	if _, err := os.Stat(local); err != nil {
+		target, _ := os.Readlink(local)
+		return "", fmt.Errorf("%s is a symlink to %s, which cannot be read (%w)", local, target, err)
+	}
+	return local, nil
 }
 
 func displayPath(cfg *gateway.Config) string {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -160,5 +161,48 @@ func TestConsoleLogNoColorInFiles(t *testing.T) {
 	}
 	if strings.Contains(string(logged), "\x1b[") {
 		t.Errorf("console log in a file has colour codes: %q", logged)
+	}
+}
+
+// TestDanglingLocalConfig: a ./rotor.toml symlink to nothing was taken for
+// no config at all, and rotor served on the built-in defaults (which let
+// the direct upstream reach private addresses); -check said "built-in
+// defaults: ok". Only a ./rotor.toml that does not exist means defaults.
+func TestDanglingLocalConfig(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	if code, out, _ := runCmd(t, "-check"); code != 0 || !strings.Contains(out, "built-in defaults: ok") {
+		t.Fatalf("no ./rotor.toml: exit %d %q, want the defaults", code, out)
+	}
+	for _, target := range []string{filepath.Join(dir, "nonexistent.toml"), "rotor.toml"} { // a dangling symlink, a loop
+		if err := os.Remove("rotor.toml"); err != nil && !os.IsNotExist(err) {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(target, "rotor.toml"); err != nil {
+			t.Fatal(err)
+		}
+		for _, args := range [][]string{{"-check"}, {}, {"-healthcheck"}} {
+			// Serving (no flags) must not start; if it does, it stops at once.
+			var out, errb bytes.Buffer
+			code := run(args, &out, &errb, stopAtOnce)
+			errs := errb.String()
+			if code != 1 || !strings.Contains(errs, "rotor.toml is a symlink to "+target) || strings.Contains(out.String(), "ok") {
+				t.Errorf("rotor %v with ./rotor.toml -> %s: exit %d, stdout %q, stderr %q; want exit 1 naming the file", args, target, code, out.String(), errs)
+			}
+		}
+	}
+}
+
+// stopAtOnce is a notifyFunc that delivers a SIGTERM at once.
+func stopAtOnce(c chan<- os.Signal, _ ...os.Signal) {
+	go func() { c <- syscall.SIGTERM }() // owner: the run; ends once delivered (c is buffered)
+}
+
+// TestCheckAndHealthcheckTogether: -check -healthcheck ran the healthcheck
+// alone, silently; it is a usage error.
+func TestCheckAndHealthcheckTogether(t *testing.T) {
+	code, _, errs := runCmd(t, "-check", "-healthcheck")
+	if code != 2 || !strings.Contains(errs, "-check and -healthcheck") {
+		t.Errorf("exit %d, stderr %q; want 2 and a usage error", code, errs)
 	}
 }
