@@ -45,7 +45,15 @@ func isLoopback(addr string) bool {
 // rotor's own listeners, which clients must not reach through rotor (a
 // loop, or a way around the admin API's loopback binding). Hosts are
 // compared the way a dialer would read them: case-insensitive, trailing
-// dot ignored, empty host meaning this machine, ports with leading zeros.
+// dot ignored, empty host meaning this machine, ports with leading zeros,
+// and IPv4 shorthand (127.1, 2130706433, 0x7f000001, 017700000001) read
+// as inet_aton(3) reads it, since getaddrinfo and proxies like squid
+// connect to the address it means.
+//
+// Every loopback address counts as this machine, whatever address the
+// listener is bound to: rotor cannot know which machine an upstream
+// proxy's loopback is (a squid beside rotor reaches 127.0.0.2 on a
+// wildcard-bound rotor), and 0.0.0.0 is connected to as loopback.
 func (s *Server) selfTarget(addr string) bool {
 	host, portStr, err := net.SplitHostPort(addr)
 	if err != nil {
@@ -57,6 +65,9 @@ func (s *Server) selfTarget(addr string) bool {
 	}
 	host = strings.TrimSuffix(strings.ToLower(strings.Trim(host, "[]")), ".")
 	ip := net.ParseIP(host)
+	if a, ok := parseIPv4Shorthand(host); ip == nil && ok {
+		ip = net.IP(a.AsSlice())
+	}
 	local := host == "" || host == "localhost" || strings.HasSuffix(host, ".localhost") ||
 		(ip != nil && (ip.IsLoopback() || ip.IsUnspecified()))
 	s.mu.Lock()
@@ -101,3 +112,102 @@ func isLocalIP(ip net.IP) bool {
 }
 
 var errSelfTarget = errors.New("rotor does not proxy to its own listeners")
+
+// parseIPv4Shorthand parses host the way inet_aton(3) does (and with it
+// getaddrinfo, and proxies such as squid): one to four parts separated by
+// dots, each decimal, octal with a leading 0, or hex with 0x; the last
+// part fills the bytes the others left (127.1 is 127.0.0.1, 10.1 is
+// 10.0.0.1, 2130706433 is 127.0.0.1). A trailing dot is ignored.
+func parseIPv4Shorthand(host string) (netip.Addr, bool) {
+	host = strings.TrimSuffix(host, ".")
+	parts := strings.Split(host, ".")
+	if host == "" || len(parts) > 4 {
+		return netip.Addr{}, false
+	}
+	var v [4]uint64
+	for i, p := range parts {
+		n, ok := inetAtonPart(p)
+		if !ok {
+			return netip.Addr{}, false
+		}
+		v[i] = n
+	}
+	last := len(parts) - 1
+	for _, n := range v[:last] {
+		if n > 0xff {
+			return netip.Addr{}, false
+		}
+	}
+	if v[last] >= 1<<(8*(4-last)) {
+		return netip.Addr{}, false
+	}
+	n := v[last]
+	for i := 0; i < last; i++ {
+		n |= v[i] << (8 * (3 - i))
+	}
+	return netip.AddrFrom4([4]byte{byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)}), true
+}
+
+// inetAtonPart parses one part of an inet_aton address: 0x hex (digits
+// may be none, as strtoul allows), 0 octal, else decimal. Values past 32
+// bits are refused rather than wrapped.
+func inetAtonPart(p string) (uint64, bool) {
+	base := uint64(10)
+	switch {
+	case len(p) >= 2 && p[0] == '0' && (p[1] == 'x' || p[1] == 'X'):
+		base, p = 16, p[2:]
+		if p == "" {
+			return 0, true
+		}
+	case len(p) > 1 && p[0] == '0':
+		base, p = 8, p[1:]
+	case p == "":
+		return 0, false
+	}
+	var n uint64
+	for i := 0; i < len(p); i++ {
+		d := uint64(0xff)
+		switch c := p[i]; {
+		case '0' <= c && c <= '9':
+			d = uint64(c - '0')
+		case 'a' <= c && c <= 'f':
+			d = uint64(c-'a') + 10
+		case 'A' <= c && c <= 'F':
+			d = uint64(c-'A') + 10
+		}
+		if d >= base {
+			return 0, false
+		}
+		if n = n*base + d; n > 0xffffffff {
+			return 0, false
+		}
+	}
+	return n, true
+}
+
+// endsInNumber reports whether host's last label (a trailing dot
+// ignored) is a number as inet_aton reads one: decimal digits, or 0x and
+// hex digits. No DNS name ends so (top-level domains are never all
+// numeric, RFC 3696 section 2); resolvers and proxies read such a host
+// as an IPv4 address, or fail on it, each in its own way.
+func endsInNumber(host string) bool {
+	host = strings.TrimSuffix(host, ".")
+	last := host[strings.LastIndexByte(host, '.')+1:]
+	if last == "" {
+		return false
+	}
+	if len(last) >= 2 && last[0] == '0' && (last[1] == 'x' || last[1] == 'X') {
+		for i := 2; i < len(last); i++ {
+			if c := last[i] | 0x20; !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+				return false
+			}
+		}
+		return true
+	}
+	for i := 0; i < len(last); i++ {
+		if last[i] < '0' || last[i] > '9' {
+			return false
+		}
+	}
+	return true
+}

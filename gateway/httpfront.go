@@ -122,7 +122,7 @@ func badTarget(addr string) string {
 		// Checked here, not left to the upstream: punctuation or raw
 		// bytes in the CONNECT line or absolute URI rotor writes would
 		// make a strict proxy answer 400, and cool a healthy upstream.
-		return "the host is not a DNS name or an IP address"
+		return targetHostProblem(host)
 	}
 	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
 		return "the port must be a number from 1 to 65535"

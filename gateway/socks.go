@@ -276,10 +276,15 @@ func (s *Server) socksTunnel(id uint64, c net.Conn, pending []byte, params userP
 		s.logTunnel(id, "socks5", c, params.User, addr, nil, errSelfTarget, relayResult{}, start)
 		return false
 	}
-	if host, _, err := net.SplitHostPort(addr); err != nil || !validTargetHost(host) {
+	host, _, err := net.SplitHostPort(addr)
+	msg := "want host:port"
+	if err == nil {
+		msg = targetHostProblem(host)
+	}
+	if msg != "" {
 		_, _ = c.Write(socksReply(repHostUnreachable, nil))
 		_ = c.Close()
-		s.logTunnel(id, "socks5", c, params.User, logTarget(addr), nil, badTargetError("the host is not a DNS name or an IP address"), relayResult{}, start)
+		s.logTunnel(id, "socks5", c, params.User, logTarget(addr), nil, badTargetError(msg), relayResult{}, start)
 		return false
 	}
 	req := upstream.Request{Addr: addr, Tags: params.Tags, Session: params.Session}
@@ -507,34 +512,55 @@ func preferMethod(b []byte, m byte) {
 }
 
 // validTargetHost reports whether host, the target of a SOCKS5 request,
-// is an IP literal or a DNS name: labels of 1 to 63 letters, digits, '-'
-// or '_' separated by dots, at most 253 bytes (plus an optional root
-// dot). Anything else (CR, LF, space, NUL, '/', '@', '%'...) would travel
-// verbatim into the CONNECT request rotor writes to an HTTP upstream.
-func validTargetHost(host string) bool {
+// is an IP literal or a DNS name (targetHostProblem says "").
+func validTargetHost(host string) bool { return targetHostProblem(host) == "" }
+
+// targetHostProblem says why host cannot be a target, or "" when it is an
+// IP literal or a DNS name: labels of 1 to 63 letters, digits, '-' or '_'
+// separated by dots, at most 253 bytes (plus an optional root dot), the
+// last not a number. Anything else (CR, LF, space, NUL, '/', '@', '%'...)
+// would travel verbatim into the CONNECT request rotor writes to an HTTP
+// upstream.
+//
+// A host ending in a number that is not a dotted-quad IPv4 literal
+// (127.1, 2130706433, 0x7f000001, 127.000.000.001, 10.1) is refused too:
+// it is no DNS name, and getaddrinfo and proxies such as squid read it as
+// an inet_aton(3) address (127.0.0.1, 10.0.0.1), so rotor's checks for
+// its own listeners and for private destinations would judge one address
+// while the upstream connects to another. Refusing it leaves nothing to
+// interpretation; rewriting it would change the request the client sent
+// (the Host header of a forwarded request names it too).
+func targetHostProblem(host string) string {
+	const notHost = "the host is not a DNS name or an IP address"
 	if net.ParseIP(host) != nil {
-		return true
+		return ""
+	}
+	if host != "" && endsInNumber(host) {
+		if a, ok := parseIPv4Shorthand(host); ok {
+			return "the host is IPv4 shorthand; write it as " + a.String()
+		}
+		return notHost
 	}
 	host = strings.TrimSuffix(host, ".")
 	if host == "" || len(host) > 253 {
-		return false
+		return notHost
 	}
 	label := 0
 	for i := 0; i < len(host); i++ {
 		switch b := host[i]; {
 		case b == '.':
 			if label == 0 {
-				return false
+				return notHost
 			}
 			label = 0
 		case 'a' <= b && b <= 'z', 'A' <= b && b <= 'Z', '0' <= b && b <= '9', b == '-', b == '_':
 			label++
 			if label > 63 {
-				return false
+				return notHost
 			}
 		default:
-			return false
+			return notHost
 		}
 	}
-	return true
+	return ""
 }

@@ -28,7 +28,17 @@ func TestValidTargetHost(t *testing.T) {
 		{"_dmarc.example.com", true},
 		{"my-host_1.EXAMPLE.org", true},
 		{"127.0.0.1", true},
-		{"1.2.3", true}, // a DNS-shaped name; the upstream decides
+		{"1.2.3", false},           // inet_aton reads 1.2.0.3: not a DNS name
+		{"127.1", false},           // 127.0.0.1 to getaddrinfo and squid
+		{"2130706433", false},      // 127.0.0.1 too
+		{"0x7f000001", false},      // and this
+		{"127.000.000.001", false}, // and this
+		{"example.123", false},     // no top-level domain is all-numeric
+		{"1.2.3.4.5", false},       // ends in a number, no address
+		{"1a.example", true},       // a label may start with a digit
+		{"123.example", true},      // or be all digits, except the last
+		{"0xcafe.example", true},
+		{"example.0xg", true}, // not a number
 		{"::1", true},
 		{"2001:db8::1", true},
 		{strings.Repeat("a", 63) + ".com", true},
