@@ -53,9 +53,10 @@ type Server struct {
 	connID        atomic.Uint64
 	metrics       *metrics
 	limits        *connLimits
-	transports    sync.Map // transportKey(endpoint) → *http.Transport
-	h1            h1Front  // the HTTP proxy front's connections
-	hijackRelease sync.Map // net.Conn → func(): slot of a hijacked conn, until its tunnel ends
+	transports    sync.Map   // transportKey(endpoint) → *http.Transport
+	h1            h1Front    // the HTTP proxy front's connections
+	socksHS       handshakes // SOCKS5 front connections with no tunnel yet
+	hijackRelease sync.Map   // net.Conn → func(): slot of a hijacked conn, until its tunnel ends
 
 	// removedSecrets lets the state file scrub the records kept of
 	// removed upstreams (apply notes them).
@@ -347,6 +348,10 @@ func (s *Server) closeListeners(names ...string) {
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.draining.Store(true)
 	s.closeListeners("socks5", "http")
+	// SOCKS5 clients still in their handshake have no tunnel to finish
+	// (like the HTTP front's idle keep-alives): closed now, not when
+	// listen.handshake_timeout ends them.
+	s.socksHS.closeAll()
 	var hwg sync.WaitGroup
 	hwg.Add(1)
 	go func() { // owner: Shutdown; ends when the HTTP front's connections have ended

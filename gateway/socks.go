@@ -149,6 +149,9 @@ func (s *Server) refuseSOCKS(c net.Conn) {
 //
 // release frees the connection's limit slot: at return when no tunnel was
 // started, else when the tunnel ends.
+//
+// Until the Dial hook the connection is in s.socksHS, so that the drain
+// closes it at once; a handshake the drain cut short is not logged.
 func (s *Server) serveSOCKS(c net.Conn, release func()) {
 	id := s.connID.Add(1)
 	defer s.recoverConn("socks5", id, c)
@@ -158,13 +161,28 @@ func (s *Server) serveSOCKS(c net.Conn, release func()) {
 			release()
 		}
 	}()
+	if !s.socksHS.add(c) {
+		return
+	}
+	inHandshake := true
+	// leave ends the handshake stage; false when the drain closed c.
+	leave := func() bool {
+		if !inHandshake {
+			return true
+		}
+		inHandshake = false
+		return s.socksHS.done(c)
+	}
+	defer leave()
 	cfg := s.cfg.Load()
 	auth := s.auth.Load()
 	_ = c.SetDeadline(time.Now().Add(cfg.Listen.HandshakeTimeout))
 	read, glen, err := readGreeting(c)
 	if err != nil {
 		_ = c.Close()
-		s.socksHandshakeFailed(id, c, err, false)
+		if leave() {
+			s.socksHandshakeFailed(id, c, err, false)
+		}
 		return
 	}
 	preferMethod(read[:glen], 0x02)
@@ -189,6 +207,9 @@ func (s *Server) serveSOCKS(c net.Conn, release func()) {
 		Resolver:    noResolve{},
 		Logger:      log.New(io.Discard, "", 0),
 		Dial: func(_ context.Context, _, addr string) (net.Conn, error) {
+			if !leave() {
+				return nil, errHandled // the drain closed c: nothing to answer
+			}
 			handled = true
 			_ = c.SetDeadline(time.Time{})
 			cc.hijack()
@@ -204,7 +225,9 @@ func (s *Server) serveSOCKS(c net.Conn, release func()) {
 	err = srv.ServeConn(cc)
 	if !handled {
 		_ = c.Close()
-		s.socksHandshakeFailed(id, c, err, clientAuth)
+		if leave() {
+			s.socksHandshakeFailed(id, c, err, clientAuth)
+		}
 	}
 }
 
