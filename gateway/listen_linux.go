@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"net"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -38,4 +39,41 @@ func setListenerKeepAlive(_, _ string, rc syscall.RawConn) error {
 		return cerr
 	}
 	return err
+}
+
+// readNow reads what c has already received into p without waiting (a
+// non-blocking read(2)); 0 when nothing is there or on any error.
+func readNow(c net.Conn, p []byte) int {
+	n := 0
+	withFD(c, func(rc syscall.RawConn) {
+		_ = rc.Read(func(fd uintptr) bool {
+			if m, err := unix.Read(int(fd), p); err == nil && m > 0 {
+				n = m
+			}
+			return true // never wait for more
+		})
+	})
+	return n
+}
+
+// writeNow writes p to c without waiting for room (a non-blocking
+// write(2)): best effort, for a refusal the accept loop writes itself. A
+// fresh connection's empty send buffer takes a few bytes whole.
+func writeNow(c net.Conn, p []byte) {
+	withFD(c, func(rc syscall.RawConn) {
+		_ = rc.Write(func(fd uintptr) bool {
+			_, _ = unix.Write(int(fd), p)
+			return true
+		})
+	})
+}
+
+func withFD(c net.Conn, f func(syscall.RawConn)) {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return
+	}
+	if rc, err := sc.SyscallConn(); err == nil {
+		f(rc)
+	}
 }

@@ -53,10 +53,11 @@ type Server struct {
 	connID        atomic.Uint64
 	metrics       *metrics
 	limits        *connLimits
-	transports    sync.Map   // transportKey(endpoint) → *http.Transport
-	h1            h1Front    // the HTTP proxy front's connections
-	socksHS       handshakes // SOCKS5 front connections with no tunnel yet
-	hijackRelease sync.Map   // net.Conn → func(): slot of a hijacked conn, until its tunnel ends
+	transports    sync.Map     // transportKey(endpoint) → *http.Transport
+	h1            h1Front      // the HTTP proxy front's connections
+	socksHS       handshakes   // SOCKS5 front connections with no tunnel yet
+	socksRefusing atomic.Int32 // over-limit SOCKS5 refusals in conversation (refuseSOCKS)
+	hijackRelease sync.Map     // net.Conn → func(): slot of a hijacked conn, until its tunnel ends
 
 	// removedSecrets lets the state file scrub the records kept of
 	// removed upstreams (apply notes them).

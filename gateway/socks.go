@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -46,14 +45,7 @@ func (s *Server) acceptSOCKS(ln net.Listener) {
 		}
 		release, ok := s.limits.acquire("socks5", c)
 		if !ok {
-			// Over a connection limit: answer the greeting with "no
-			// acceptable methods" is wrong (it blames auth); close after a
-			// general-failure reply instead once the greeting arrives.
-			conns.Add(1)
-			go func() { // owner: acceptSOCKS; ends within the handshake deadline
-				defer conns.Done()
-				s.refuseSOCKS(c)
-			}()
+			s.refuseSOCKS(c, &conns)
 			continue
 		}
 		conns.Add(1)
@@ -83,56 +75,6 @@ func (s *Server) accept(ln net.Listener, front string) (net.Conn, bool) {
 		s.log.Error().Err(err).Str("listener", front).Msg("accept failed")
 		time.Sleep(50 * time.Millisecond)
 	}
-}
-
-// refuseSOCKS answers an over-limit client with a proper refusal instead
-// of a reset: it completes the method negotiation with a method the client
-// offered (no-auth, else username/password, whose credentials it does not
-// check since it will not serve), reads the request and replies 0x01
-// general failure (RFC 1928 section 6). Bounded by a short deadline.
-func (s *Server) refuseSOCKS(c net.Conn) {
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
-	br := bufio.NewReaderSize(c, 512)
-	head := make([]byte, 2)
-	if _, err := io.ReadFull(br, head); err != nil || head[0] != 5 {
-		return
-	}
-	methods := make([]byte, head[1])
-	if _, err := io.ReadFull(br, methods); err != nil {
-		return
-	}
-	switch {
-	case bytes.IndexByte(methods, 0x00) >= 0:
-		_, _ = c.Write([]byte{5, 0x00})
-	case bytes.IndexByte(methods, 0x02) >= 0:
-		_, _ = c.Write([]byte{5, 0x02})
-		// RFC 1929: VER ULEN UNAME PLEN PASSWD.
-		var n [2]byte
-		if _, err := io.ReadFull(br, n[:]); err != nil {
-			return
-		}
-		if _, err := br.Discard(int(n[1])); err != nil {
-			return
-		}
-		if _, err := io.ReadFull(br, n[:1]); err != nil {
-			return
-		}
-		if _, err := br.Discard(int(n[0])); err != nil {
-			return
-		}
-		_, _ = c.Write([]byte{1, 0})
-	default:
-		_, _ = c.Write([]byte{5, 0xFF})
-		return
-	}
-	// The request: VER CMD RSV ATYP DST.ADDR DST.PORT.
-	req := make([]byte, 4)
-	if _, err := io.ReadFull(br, req); err != nil {
-		return
-	}
-	_, _ = c.Write(socksReply(repGeneralFailure, nil))
-	s.metrics.tunnelDone("socks5", "refused_limit")
 }
 
 // serveSOCKS runs one SOCKS5 client connection. go-socks5 parses the
