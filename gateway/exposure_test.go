@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/netip"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/rotor-proxy/rotor/health"
 	"github.com/rotor-proxy/rotor/upstream/upstreamtest"
@@ -185,6 +187,60 @@ func TestTargetHostProblemNamesShorthand(t *testing.T) {
 	} {
 		if got := targetHostProblem(host); !strings.Contains(got, want) {
 			t.Errorf("targetHostProblem(%s) = %q, want it to say %q", strconv.Quote(host), got, want)
+		}
+	}
+}
+
+// TestClientRefusalsLoggedAtInfo: targets refused before any upstream
+// (rotor itself, port 0, a host that is no host) get their line at info,
+// on both fronts: the client's doing, which a hostile client can repeat
+// at will. Issue: each was a warning, written at once.
+func TestClientRefusalsLoggedAtInfo(t *testing.T) {
+	srv, logs := startGateway(t, "allow_private_destinations = true\n"+listenConf("")+
+		"[pool]\nstart_eligible = true\n[[upstream]]\nurl = \"direct://\"\nname = \"direct\"\n")
+	admin := srv.Addr("admin")
+	for _, addr := range []string{admin, "127.0.0.1:0", "a b:80", "127.1:80"} {
+		if rep, err := socksAsk(t, srv.Addr("socks5"), socksHello("", "", addr)); err != nil || rep == repSuccess {
+			t.Errorf("SOCKS CONNECT %q: rep %#x err %v, want a refusal", addr, rep, err)
+		}
+	}
+	for _, name := range []string{"[[::1]]", "[::1]"} { // ATYP 3 names as sent
+		c := socksRequest(t, srv.Addr("socks5"), name, 80)
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		if b, _ := io.ReadAll(c); len(b) < 4 || b[3] != repHostUnreachable { // 05 00, then the reply
+			t.Errorf("SOCKS CONNECT name %q: %x, want REP 0x04", name, b)
+		}
+	}
+	for _, req := range []string{
+		string(connectHello(admin)),
+		string(connectHello("127.0.0.1:0")),
+		"GET http://" + admin + "/ HTTP/1.1\r\nHost: " + admin + "\r\n\r\n",
+		"GET http://127.0.0.1:0/ HTTP/1.1\r\nHost: 127.0.0.1:0\r\n\r\n",
+		"GET http://0x7f000001/ HTTP/1.1\r\nHost: 0x7f000001\r\n\r\n",
+	} {
+		if resp, err := httpAsk(t, srv.Addr("http"), req); err != nil || resp.StatusCode < 400 {
+			t.Errorf("%q: %s err %v, want a refusal", req, statusOf(resp), err)
+		}
+	}
+	want := 4 + 2 + 5
+	var lines []string
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		lines = lines[:0]
+		for _, l := range strings.Split(logs.String(), "\n") {
+			if strings.Contains(l, `"message":"tunnel closed"`) || strings.Contains(l, `"message":"request forwarded"`) {
+				lines = append(lines, l)
+			}
+		}
+		if len(lines) >= want {
+			break
+		}
+	}
+	if len(lines) != want {
+		t.Fatalf("%d refusal lines, want %d:\n%s", len(lines), want, logs)
+	}
+	for _, l := range lines {
+		if !strings.Contains(l, `"level":"info"`) {
+			t.Errorf("a refusal of the client's target not at info: %s", l)
 		}
 	}
 }

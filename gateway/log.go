@@ -58,7 +58,7 @@ func (s *Server) logTunnel(id uint64, front string, c net.Conn, user, target str
 	}
 	s.metrics.tunnelDone(front, outcome)
 	ev := s.log.Info()
-	if outcome != "ok" && outcome != "client_gone" {
+	if outcome != "ok" && outcome != "client_gone" && !clientRefusal(err) {
 		ev = s.log.Warn()
 	}
 	client := ""
@@ -126,7 +126,7 @@ func (s *Server) logForward(id uint64, r *http.Request, user string, e *upstream
 	s.metrics.tunnelDone("http_forward", outcome)
 	s.metrics.bytes(0, n)
 	ev := s.log.Info()
-	if err != nil && !clientsOutcome(outcome) {
+	if err != nil && !clientsOutcome(outcome) && !clientRefusal(err) {
 		ev = s.log.Warn()
 	}
 	ev = ev.Uint64("conn_id", id).Str("listener", "http").Str("client", r.RemoteAddr).Str("target", r.URL.Host).
