@@ -55,10 +55,12 @@ func (s *Server) logTunnel(id uint64, front string, c net.Conn, user, target str
 	case res.Failure != nil:
 		outcome = "slow_body"
 		f = res.Failure
+	case res.Shutdown:
+		outcome = "shutdown"
 	}
 	s.metrics.tunnelDone(front, outcome)
 	ev := s.log.Info()
-	if outcome != "ok" && outcome != "client_gone" && !clientRefusal(err) {
+	if outcome != "ok" && outcome != "client_gone" && outcome != "shutdown" && !clientRefusal(err) {
 		ev = s.log.Warn()
 	}
 	client := ""

@@ -8,9 +8,10 @@ import (
 // registry tracks open tunnels so that shutdown can wait for them to
 // finish and force-close the rest when the grace period ends.
 type registry struct {
-	mu    sync.Mutex        // guards the fields below
-	open  map[uint64]func() // tunnel id → force-close
-	empty chan struct{}     // closed when open becomes empty; nil while empty
+	mu     sync.Mutex          // guards the fields below
+	open   map[uint64]func()   // tunnel id → force-close
+	forced map[uint64]struct{} // open tunnels closeAll already force-closed
+	empty  chan struct{}       // closed when open becomes empty; nil while empty
 }
 
 // add registers an open tunnel with the function that force-closes it.
@@ -26,14 +27,19 @@ func (r *registry) add(id uint64, closeTunnel func()) {
 	r.open[id] = closeTunnel
 }
 
-func (r *registry) remove(id uint64) {
+// remove unregisters an ended tunnel. It reports whether closeAll had
+// force-closed it (the drain ended it, not its client or target).
+func (r *registry) remove(id uint64) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	_, forced := r.forced[id]
+	delete(r.forced, id)
 	delete(r.open, id)
 	if len(r.open) == 0 && r.empty != nil {
 		close(r.empty)
 		r.empty = nil
 	}
+	return forced
 }
 
 // count returns the number of open tunnels.
@@ -59,11 +65,20 @@ func (r *registry) wait(ctx context.Context) bool {
 	}
 }
 
-// closeAll force-closes every open tunnel and returns how many there were.
+// closeAll force-closes every open tunnel and returns how many it closed.
+// A tunnel an earlier call closed, still ending, is neither closed again
+// nor counted (Shutdown calls it twice).
 func (r *registry) closeAll() int {
 	r.mu.Lock()
 	closers := make([]func(), 0, len(r.open))
-	for _, c := range r.open {
+	for id, c := range r.open {
+		if _, done := r.forced[id]; done {
+			continue
+		}
+		if r.forced == nil {
+			r.forced = map[uint64]struct{}{}
+		}
+		r.forced[id] = struct{}{}
 		closers = append(closers, c)
 	}
 	r.mu.Unlock()

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"io"
 	"net"
 	"strings"
 	"testing"
@@ -103,4 +104,97 @@ func TestShutdownClosesSOCKSHandshakes(t *testing.T) {
 			t.Error("the open tunnel was not closed")
 		}
 	})
+}
+
+// TestShutdownForceClosedTunnelsLogged: when the grace runs out, the open
+// tunnels are counted once in one line, and each tunnel's own line says
+// the drain ended it (outcome shutdown, at info). Issue: a second pass
+// counted a tunnel still closing again ("closing open tunnels" twice,
+// tunnels:10 then tunnels:1), and each line said outcome ok.
+func TestShutdownForceClosedTunnelsLogged(t *testing.T) {
+	srv, logs := newGateway(t, "drain.toml", drainConf)
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	target := drainTarget(t)
+	const n = 10
+	var tunnels []net.Conn
+	for i := 0; i < n; i++ {
+		if i%2 == 0 {
+			tunnels = append(tunnels, drainTunnel(t, srv.Addr("http"), target))
+			continue
+		}
+		c, err := net.DialTimeout("tcp", srv.Addr("socks5"), 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := c.Write(socksHello("", "", target)); err != nil {
+			t.Fatal(err)
+		}
+		b := make([]byte, 12)
+		if _, err := io.ReadFull(c, b); err != nil || b[3] != repSuccess {
+			t.Fatalf("SOCKS tunnel: %x %v", b, err)
+		}
+		_ = c.SetDeadline(time.Time{})
+		tunnels = append(tunnels, c)
+	}
+	// A front answers its client just before it registers the tunnel.
+	eventually(t, "tunnels registered", func() bool { return srv.tunnels.count() == n })
+	ctx, cancel := context.WithDeadline(context.Background(), time.Now()) // the grace is over
+	defer cancel()
+	_ = srv.Shutdown(ctx)
+	for i, c := range tunnels {
+		if _, closed := readToClose(c, time.Minute); !closed {
+			t.Errorf("tunnel %d not closed", i)
+		}
+	}
+	out := logs.String()
+	if got := strings.Count(out, "closing open tunnels"); got != 1 || !strings.Contains(out, `"tunnels":10,"message":"shutdown grace over: closing open tunnels"`) {
+		t.Errorf("%d drain lines, want one with tunnels:10:\n%s", got, out)
+	}
+	var closed int
+	for _, l := range strings.Split(out, "\n") {
+		if !strings.Contains(l, `"message":"tunnel closed"`) {
+			continue
+		}
+		closed++
+		if !strings.Contains(l, `"outcome":"shutdown"`) || !strings.Contains(l, `"level":"info"`) {
+			t.Errorf("a tunnel the drain closed: %s; want outcome shutdown at info", l)
+		}
+	}
+	if closed != n {
+		t.Errorf("%d tunnel lines, want %d:\n%s", closed, n, out)
+	}
+}
+
+// TestRegistryClosesEachTunnelOnce: a second closeAll neither closes nor
+// counts a tunnel the first one closed that has not ended yet, and remove
+// tells the tunnel the drain ended it.
+func TestRegistryClosesEachTunnelOnce(t *testing.T) {
+	var r registry
+	closes := map[uint64]int{}
+	for id := uint64(1); id <= 3; id++ {
+		r.add(id, func() { closes[id]++ })
+	}
+	if n := r.closeAll(); n != 3 {
+		t.Fatalf("first closeAll = %d, want 3", n)
+	}
+	r.add(4, func() { closes[4]++ }) // opened after the first pass
+	if n := r.closeAll(); n != 1 {
+		t.Errorf("second closeAll = %d, want 1 (only the tunnel opened since)", n)
+	}
+	for id := uint64(1); id <= 4; id++ {
+		if closes[id] != 1 {
+			t.Errorf("tunnel %d closed %d times, want once", id, closes[id])
+		}
+		if !r.remove(id) {
+			t.Errorf("remove(%d) = false, want true: the drain closed it", id)
+		}
+	}
+	r.add(5, func() {})
+	if r.remove(5) {
+		t.Error("remove of a tunnel that ended by itself = true")
+	}
 }

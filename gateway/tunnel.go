@@ -19,6 +19,7 @@ type relayResult struct {
 	Up, Down  int64 // bytes client→upstream, upstream→client
 	FirstByte time.Duration
 	Failure   *health.Failure // slow body, observed after the client was answered
+	Shutdown  bool            // the drain force-closed the tunnel (shutdown_grace over)
 }
 
 type closeWriter interface{ CloseWrite() error }
@@ -229,7 +230,7 @@ func (s *Server) runTunnel(id uint64, front string, c net.Conn, lease *upstream.
 	s.tunnelWG.Add(1)
 	direct := lease.Endpoint.Scheme() == "direct"
 	finish := func(res relayResult) {
-		s.tunnels.remove(id)
+		res.Shutdown = s.tunnels.remove(id)
 		s.metrics.tunnelEnd(front)
 		if direct && res.Failure != nil {
 			res.Failure.Scope = health.ScopeTarget
