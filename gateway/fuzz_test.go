@@ -182,8 +182,19 @@ func FuzzSOCKSFront(f *testing.F) {
 		}
 		got := ff.feed(t, srv, "socks5", data)
 		// Every answer starts with a method selection (RFC 1928 section
-		// 3): rotor never answers a SOCKS client with anything else.
-		if len(got) > 0 && got[0] != 5 {
+		// 3): rotor never answers a SOCKS5 client with anything else. A
+		// SOCKS4 request gets the SOCKS4 rejection, an HTTP request a 400.
+		switch {
+		case len(got) == 0:
+		case len(data) >= 2 && data[0] == 4:
+			if !bytes.Equal(got, []byte{0, 0x5B, 0, 0, 0, 0, 0, 0}) {
+				t.Errorf("SOCKS4 request answered %q, want the SOCKS4 rejection", got)
+			}
+		case len(data) >= 2 && isUpperASCII(data[0]) && isUpperASCII(data[1]):
+			if !bytes.HasPrefix(got, []byte("HTTP/1.1 400 ")) {
+				t.Errorf("HTTP request answered %q, want a 400", got)
+			}
+		case got[0] != 5:
 			t.Errorf("first byte of the answer is %#x, want 0x05 (answer %q)", got[0], got)
 		}
 		// Success is impossible: the only upstream is disabled.

@@ -120,6 +120,10 @@ func (s *Server) serveSOCKS(c net.Conn, release func()) {
 	auth := s.auth.Load()
 	_ = c.SetDeadline(time.Now().Add(cfg.Listen.HandshakeTimeout))
 	read, glen, err := readGreeting(c)
+	if err == nil && read[0] != 5 {
+		answerNotSOCKS5(c, read, min(time.Second, cfg.Listen.HandshakeTimeout))
+		err = errNotSOCKS5
+	}
 	if err != nil {
 		_ = c.Close()
 		if leave() {
@@ -132,16 +136,17 @@ func (s *Server) serveSOCKS(c net.Conn, release func()) {
 	var user string
 	userPass := false // the client authenticated with RFC 1929 (maybe with an empty name)
 	// Missing (05 FF) or wrong credentials count as client_auth, as a 407 does.
-	clientAuth := auth.required() && read[0] == 5 && bytes.IndexByte(read[2:glen], 0x02) < 0
-	creds := credentialFunc(func(u, p string) bool {
+	clientAuth := auth.required() && bytes.IndexByte(read[2:glen], 0x02) < 0
+	creds := func(u, p string) bool {
 		params := parseUser(u)
 		user, userPass = u, true
 		clientAuth = !auth.check(params.User, p)
 		return !clientAuth
-	})
-	methods := []socks5.Authenticator{socks5.UserPassAuthenticator{Credentials: creds}}
+	}
+	authed := false // a method was negotiated and passed
+	methods := []socks5.Authenticator{userPassAuth{valid: creds, ok: &authed}}
 	if !auth.required() {
-		methods = append(methods, socks5.NoAuthAuthenticator{})
+		methods = append(methods, noAuth{ok: &authed})
 	}
 	handled := false
 	conf := &socks5.Config{
@@ -166,6 +171,11 @@ func (s *Server) serveSOCKS(c net.Conn, release func()) {
 	}
 	err = srv.ServeConn(cc)
 	if !handled {
+		if authed && cc.requestVersion(userPass) != 5 {
+			// go-socks5 closes silently on a request whose VER is not 5
+			// (it answers a bad CMD or ATYP itself): general failure.
+			_, _ = c.Write(socksReply(repGeneralFailure, nil))
+		}
 		_ = c.Close()
 		if leave() {
 			s.socksHandshakeFailed(id, c, err, clientAuth)
@@ -335,10 +345,6 @@ func socksReply(code byte, bind net.Addr) []byte {
 	return append(b, byte(port>>8), byte(port))
 }
 
-type credentialFunc func(user, pass string) bool
-
-func (f credentialFunc) Valid(user, pass string) bool { return f(user, pass) }
-
 // noResolve keeps target names unresolved so the upstream resolves them
 // (remote DNS, like socks5h): go-socks5 uses the FQDN when no IP is set.
 type noResolve struct{}
@@ -352,7 +358,7 @@ func (noResolve) Resolve(ctx context.Context, name string) (context.Context, net
 // socket. It records the bytes go-socks5 reads during the handshake, so
 // that bytes a client sent right after its request (pipelined data) are
 // not lost in go-socks5's buffer. Once rotor takes over (hijack)
-// go-socks5's writes and close are swallowed.
+// go-socks5's writes are swallowed; its close always is.
 type socksConn struct {
 	net.Conn
 	pre []byte // read only by go-socks5's goroutine, the one Read caller
@@ -389,20 +395,26 @@ func (c *socksConn) Write(p []byte) (int, error) {
 	return c.Conn.Write(p)
 }
 
-func (c *socksConn) Close() error {
-	c.mu.Lock()
-	h := c.hijacked
-	c.mu.Unlock()
-	if h {
-		return nil
-	}
-	return c.Conn.Close()
-}
+// Close is go-socks5's close at the end of ServeConn, which rotor does
+// itself (serveSOCKS, or the tunnel once hijacked): after a failed
+// handshake it may still have an answer to write.
+func (c *socksConn) Close() error { return nil }
 
 func (c *socksConn) hijack() {
 	c.mu.Lock()
 	c.hijacked = true
 	c.mu.Unlock()
+}
+
+// requestVersion returns the VER byte of the client's SOCKS5 request, or
+// 5 when it was not read.
+func (c *socksConn) requestVersion(userPass bool) byte {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if n := socksRequestStart(c.captured, userPass); n >= 0 {
+		return c.captured[n]
+	}
+	return 5
 }
 
 // leftover returns the captured bytes past the end of the SOCKS request:
@@ -420,20 +432,9 @@ func (c *socksConn) leftover(userPass bool) []byte {
 // socksHandshakeLen returns the length of greeting + (auth) + request at
 // the start of b, or -1 when b is shorter.
 func socksHandshakeLen(b []byte, userPass bool) int {
-	if len(b) < 2 {
+	n := socksRequestStart(b, userPass)
+	if n < 0 {
 		return -1
-	}
-	n := 2 + int(b[1])
-	if userPass {
-		if len(b) < n+2 {
-			return -1
-		}
-		ulen := int(b[n+1])
-		if len(b) < n+2+ulen+1 {
-			return -1
-		}
-		plen := int(b[n+2+ulen])
-		n += 3 + ulen + plen
 	}
 	if len(b) < n+4 {
 		return -1
