@@ -67,8 +67,10 @@ func (s *Server) selfTarget(addr string) bool {
 	}
 	host = strings.TrimSuffix(strings.ToLower(strings.Trim(host, "[]")), ".")
 	ip := net.ParseIP(host)
-	if a, ok := parseIPv4Shorthand(host); ip == nil && ok {
-		ip = net.IP(a.AsSlice())
+	if ip == nil && endsInNumber(host) { // no parse (and no allocation) for DNS names
+		if a, ok := parseIPv4Shorthand(host); ok {
+			ip = net.IP(a.AsSlice())
+		}
 	}
 	local := host == "" || host == "localhost" || strings.HasSuffix(host, ".localhost") ||
 		(ip != nil && (ip.IsLoopback() || ip.IsUnspecified()))
