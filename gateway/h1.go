@@ -81,6 +81,7 @@ type h1Conn struct {
 	c       net.Conn
 	remote  string
 	lr      headLimit
+	scan    headScan // the request head being read (lr feeds it)
 	br      *bufio.Reader
 	bw      *bufio.Writer
 	release func() // the connection-limit slot
@@ -108,11 +109,13 @@ const (
 )
 
 // headLimit is the reader under the connection's bufio.Reader: while a
-// request head is read it allows at most remain bytes; while a body is
-// read (idle > 0) each read must bring bytes within idle.
+// request head is read it allows at most remain bytes and shows them to
+// scan; while a body is read (idle > 0) each read must bring bytes
+// within idle.
 type headLimit struct {
 	c      net.Conn
 	remain int64
+	scan   *headScan    // non-nil while a head is read (serve's goroutine only)
 	idle   atomic.Int64 // a time.Duration; the body may be read on another goroutine (the Transport's)
 }
 
@@ -128,6 +131,9 @@ func (l *headLimit) Read(p []byte) (int, error) {
 	}
 	n, err := l.c.Read(p)
 	l.remain -= int64(n)
+	if l.scan != nil {
+		l.scan.feed(p[:n])
+	}
 	return n, err
 }
 
@@ -251,8 +257,14 @@ func (hc *h1Conn) serve() {
 			_ = hc.c.SetReadDeadline(time.Now().Add(hdrTimeout))
 		}
 		// Bytes read from here on (the Peek too) count against the head's
-		// size limit.
+		// size limit, and are scanned with those already buffered.
 		hc.lr.remain = h1MaxHeader
+		hc.scan = headScan{}
+		if n := hc.br.Buffered(); n > 0 {
+			b, _ := hc.br.Peek(n)
+			hc.scan.feed(b)
+		}
+		hc.lr.scan = &hc.scan
 		if hc.br.Buffered() == 0 {
 			if !s.h1.setIdle(hc, true) {
 				return
@@ -275,27 +287,25 @@ func (hc *h1Conn) serve() {
 			}
 			_, _ = hc.br.Discard(1)
 		}
-		cl, te, seen := headFraming(hc.br)
 		req, err := http.ReadRequest(hc.br)
 		// A head that used up the limit is too large whatever error the
 		// parser saw: a limit that cuts a short line in two makes a
 		// malformed line of it, not an errHeaderTooLarge.
 		tooLarge := hc.lr.remain <= 0
 		hc.lr.remain = 1<<63 - 1
+		hc.lr.scan = nil
 		if err != nil {
 			hc.readError(err, tooLarge)
 			return
 		}
 		// http.ReadRequest drops Content-Length when Transfer-Encoding is
 		// chunked, and Transfer-Encoding from an HTTP/1.0 request: the
-		// head as it came says whether the client sent both, or a
-		// Transfer-Encoding to be ignored. Either framing is suspect (a
-		// request smuggling attempt, RFC 9112 section 11.2), and the
-		// connection MUST close after the answer (section 6.1, 6.3). A
-		// head rotor did not see whole gets the same for any chunked or
-		// HTTP/1.0 request.
+		// head as it came (headScan) says whether the client sent both,
+		// or a Transfer-Encoding to be ignored. Either framing is suspect
+		// (a request smuggling attempt, RFC 9112 section 11.2), and the
+		// connection MUST close after the answer (section 6.1, 6.3).
 		http10 := !req.ProtoAtLeast(1, 1)
-		hc.badFraming = (seen && te && (cl || http10)) || (!seen && (len(req.TransferEncoding) > 0 || http10))
+		hc.badFraming = hc.scan.te && (hc.scan.cl || http10)
 		if hc.badFraming {
 			req.Close = true
 		}
@@ -317,7 +327,7 @@ func (hc *h1Conn) serve() {
 // serveRequest serves one request; it reports whether the connection may
 // carry another.
 func (hc *h1Conn) serveRequest(req *http.Request) bool {
-	if msg := checkRequest(req); msg != "" {
+	if msg := checkRequest(req, hc.scan.host); msg != "" {
 		if req.ProtoMajor != 1 {
 			// The HTTP/2 preface ("PRI * HTTP/2.0") lands here too.
 			hc.plain(http.StatusHTTPVersionNotSupported, "bad_request",
