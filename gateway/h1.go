@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -133,6 +134,9 @@ func (l *headLimit) Read(p []byte) (int, error) {
 	l.remain -= int64(n)
 	if l.scan != nil {
 		l.scan.feed(p[:n])
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			l.scan.timedOut = true
+		}
 	}
 	return n, err
 }
@@ -246,6 +250,11 @@ func (hc *h1Conn) serve() {
 	hc.br = bufio.NewReaderSize(&hc.lr, h1BufSize)
 	hc.bw = bufio.NewWriterSize(hc.c, h1BufSize)
 	hdrTimeout := s.cfg.Load().Listen.HandshakeTimeout
+	// headTimeout is the deadline a head that began is cut off by.
+	headTimeout := hdrTimeout
+	if headTimeout <= 0 {
+		headTimeout = h1IdleTimeout
+	}
 	for first := true; ; first = false {
 		// Waiting for a request's first byte the connection is idle:
 		// Shutdown closes it. The first request's head is bounded by the
@@ -295,7 +304,7 @@ func (hc *h1Conn) serve() {
 		hc.lr.remain = 1<<63 - 1
 		hc.lr.scan = nil
 		if err != nil {
-			hc.readError(err, tooLarge)
+			hc.readError(err, tooLarge, hc.scan.timedOut && hc.scan.started(), headTimeout)
 			return
 		}
 		// http.ReadRequest drops Content-Length when Transfer-Encoding is

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Checks and refusals of the HTTP front's requests (h1.go): what
@@ -18,19 +19,27 @@ import (
 // request that cannot be served.
 
 // readError answers a request that could not be read as net/http's
-// Server does: nothing for a connection that closed or timed out, 431 for
-// a head over h1MaxHeader (tooLarge), 501 for an unknown transfer coding,
-// else 400; each with X-Rotor-Error: bad_request and a one-line reason,
-// as rotor's other refusals (requestParseError). The rest of a refused
-// head may still be on its way: the answer lingers, so the close does not
+// Server does: nothing for a connection that closed, or timed out before
+// the head began, 431 for a head over h1MaxHeader (tooLarge), 501 for an
+// unknown transfer coding, else 400; each with X-Rotor-Error: bad_request
+// and a one-line reason, as rotor's other refusals (requestParseError). A
+// head cut off by its deadline (timedOut: bytes of it came, not all of
+// them within d) is a 408 whatever the parser made of the part it got: at
+// a deadline bufio's ReadLine returns a partial line as a whole one, so a
+// cut request line reads as a malformed one. The rest of a refused head
+// may still be on its way: the answer lingers, so the close does not
 // reset the connection before the client has read it.
-func (hc *h1Conn) readError(err error, tooLarge bool) {
+func (hc *h1Conn) readError(err error, tooLarge, timedOut bool, d time.Duration) {
 	var ne net.Error
 	var oe *net.OpError
 	switch {
 	case tooLarge || errors.Is(err, errHeaderTooLarge):
 		hc.plain(http.StatusRequestHeaderFieldsTooLarge, "bad_request",
 			"the request head (request line and header fields) is larger than "+strconv.Itoa(h1MaxHeader>>10)+" KiB")
+		hc.lingerClose()
+	case timedOut:
+		hc.s.log.Debug().Str("listener", "http").Str("client", hc.remote).Str("err", "request head timed out").Msg("bad request")
+		hc.plain(http.StatusRequestTimeout, "bad_request", "request head incomplete: not received in full within "+d.String())
 		hc.lingerClose()
 	case err == io.EOF, errors.As(err, &ne) && ne.Timeout(), errors.As(err, &oe) && oe.Op == "read":
 	default:
@@ -134,15 +143,17 @@ func checkRequest(req *http.Request, host bool) string {
 // Host field (host; it deletes the field, and fills req.Host from an
 // absolute URI), a Content-Length (cl) and a Transfer-Encoding (te) field
 // (it drops Content-Length when Transfer-Encoding is chunked, and
-// Transfer-Encoding from HTTP/1.0). A field counts by its name as sent,
-// before the colon (case-insensitive), on a line of the head: not in a
-// value, nor after the blank line that ends the head. Empty lines before
-// the request line are skipped, as serve skips them.
+// Transfer-Encoding from HTTP/1.0), and whether a read of it timed out. A
+// field counts by its name as sent, before the colon (case-insensitive),
+// on a line of the head: not in a value, nor after the blank line that
+// ends the head. Empty lines before the request line are skipped, as serve
+// skips them.
 type headScan struct {
 	state        uint8    // scanLead, scanRequestLine, scanName, scanRest, scanDone
 	n            uint8    // bytes of name so far
 	name         [17]byte // the current line's first bytes, lower-cased: len("transfer-encoding")
 	host, cl, te bool
+	timedOut     bool // a read of the head reached its deadline
 }
 
 const (
