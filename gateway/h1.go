@@ -164,11 +164,11 @@ func (l *headLimit) Read(p []byte) (int, error) {
 // is not cut, however long its answer takes.
 //
 // After a write that waited, the socket tells whether data left for the
-// client meanwhile (sentWithin, TCP_INFO): that the write took some bytes
-// says little, as the kernel takes a few hundred more into a full send
-// buffer at each zero-window probe while the client reads nothing. Where
-// the socket cannot tell (off Linux), the bytes the write took stand for
-// progress.
+// client since the wait began (sentWithin, TCP_INFO): that the write took
+// some bytes says little, as the kernel takes a few hundred more into a
+// full send buffer at each zero-window probe while the client reads
+// nothing. Where the socket cannot tell (off Linux), a write that took
+// bytes since then stands for progress.
 //
 // A deadline the handler set (h1Writer.SetWriteDeadline) replaces the
 // limit until it clears it.
@@ -176,9 +176,10 @@ type sendLimit struct {
 	hc    *h1Conn
 	idle  time.Duration
 	fixed atomic.Bool // the handler's own deadline is on the connection
-	// since is the start of the wait in which the client was last seen
-	// taking nothing; zero when it took some (the writer's own).
-	since time.Time
+
+	// The writer's own (one write at a time):
+	since time.Time // start of the wait in which the client was last seen taking nothing; zero when it took some
+	moved time.Time // when a write last took bytes
 }
 
 func (l *sendLimit) Write(p []byte) (int, error) {
@@ -196,14 +197,19 @@ func (l *sendLimit) Write(p []byte) (int, error) {
 		_ = c.SetWriteDeadline(deadline)
 		m, err := c.Write(p[n:])
 		n += m
+		now := time.Now()
+		if m > 0 {
+			l.moved = now
+		}
 		timedOut := errors.Is(err, os.ErrDeadlineExceeded)
-		if waited := time.Since(start); timedOut || waited >= l.idle/16 {
-			// This write waited on the client: did it take anything?
-			sent, ok := sentWithin(c, waited)
-			if !ok {
-				sent = m > 0
+		if timedOut || now.Sub(start) >= l.idle/16 {
+			// This write waited on the client: did it take anything
+			// since the wait began?
+			from := start
+			if !l.since.IsZero() {
+				from = l.since
 			}
-			if sent {
+			if l.took(from, now) {
 				l.since = time.Time{}
 			} else if l.since.IsZero() {
 				l.since = start
@@ -212,10 +218,19 @@ func (l *sendLimit) Write(p []byte) (int, error) {
 		if !timedOut {
 			return n, err
 		}
-		if !l.since.IsZero() && time.Since(l.since) >= l.idle {
+		if !l.since.IsZero() && now.Sub(l.since) >= l.idle {
 			return n, l.hc.stalled(l.idle)
 		}
 	}
+}
+
+// took reports whether the client took some of its answer between from
+// and now.
+func (l *sendLimit) took(from, now time.Time) bool {
+	if sent, ok := sentWithin(l.hc.c, now.Sub(from)); ok {
+		return sent
+	}
+	return l.moved.After(from)
 }
 
 // stalled ends a connection whose client took nothing of its answer for

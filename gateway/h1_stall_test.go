@@ -169,6 +169,19 @@ func TestSendLimit(t *testing.T) {
 	if ctx.Err() != nil {
 		t.Fatalf("the request was cancelled: %v", context.Cause(ctx))
 	}
+	// A wait without progress long ago, then bytes taken: the next write
+	// that waits starts a new clock (it used to fail at once, its
+	// deadline already past).
+	l.since, l.moved = time.Now().Add(-time.Hour), time.Now().Add(-time.Minute)
+	go func() { // owner: this test; ends after one read
+		time.Sleep(200 * time.Millisecond)
+		m, _ := b.Read(make([]byte, 1024))
+		read <- m
+	}()
+	if n, err := l.Write(p[:1024]); n != 1024 || err != nil {
+		t.Fatalf("a write after an old wait: %d, %v, want all 1024 bytes", n, err)
+	}
+	<-read
 	// Nobody reads now.
 	if n, err := l.Write(p); n != 0 || !errors.Is(err, errClientStalled) {
 		t.Fatalf("a write nobody reads: %d, %v, want 0 and errClientStalled", n, err)
