@@ -4,9 +4,11 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -34,6 +36,8 @@ import (
 // may do and still read the answer (RFC 9112 section 9.6): the request is
 // served, then the connection closes. Only a reset, or an EOF while the
 // request body is still due, means the client left.
+// A client that takes nothing of its answer for h1SendIdle left too
+// (sendLimit): it is not waited on for ever.
 
 const (
 	// h1MaxHeader bounds a request's head (net/http's MaxHeaderBytes was
@@ -59,15 +63,26 @@ const (
 	// or stops its body would otherwise hold its connection, goroutine
 	// and upstream exchange for ever.
 	h1BodyIdle = 60 * time.Second
+	// h1SendIdle bounds each wait to write to a client that takes nothing
+	// of its answer (the same limit for the other direction): one that
+	// stops reading would otherwise hold its connection, goroutine and
+	// upstream exchange for ever (sendLimit).
+	h1SendIdle = 60 * time.Second
 )
 
 // errHeaderTooLarge ends a request head longer than h1MaxHeader.
 var errHeaderTooLarge = errors.New("request header too large")
 
+// errClientStalled is the error of a write to a client that took nothing
+// of its answer for the send limit, and the cause of its request's
+// context then cancelled (sendLimit).
+var errClientStalled = errors.New("it took nothing of the answer")
+
 // h1Front tracks the HTTP front's connections for Shutdown.
 type h1Front struct {
 	handler  http.Handler  // proxyHandler
 	bodyIdle time.Duration // h1BodyIdle; tests shorten it before serving
+	sendIdle time.Duration // h1SendIdle when zero; tests shorten it before serving
 
 	mu      sync.Mutex
 	conns   map[*h1Conn]struct{}
@@ -81,7 +96,9 @@ type h1Conn struct {
 	c       net.Conn
 	remote  string
 	lr      headLimit
+	scan    headScan // the request head being read (lr feeds it)
 	br      *bufio.Reader
+	sl      sendLimit
 	bw      *bufio.Writer
 	release func() // the connection-limit slot
 
@@ -92,10 +109,10 @@ type h1Conn struct {
 	// request (checkClient saw EOF); the connection closes after the answer.
 	halfClosed atomic.Bool
 
-	wmu    sync.Mutex         // guards the fields below (the client watch)
-	cancel context.CancelFunc // the running request's; nil between requests
-	body   *h1Body            // the running request's body
-	watch  *time.Timer        // runs checkClient while a request is served
+	wmu    sync.Mutex              // guards the fields below (the client watch)
+	cancel context.CancelCauseFunc // the running request's; nil between requests
+	body   *h1Body                 // the running request's body
+	watch  *time.Timer             // runs checkClient while a request is served
 }
 
 // peerState is what a peek at the client's socket found (peekClient).
@@ -108,11 +125,13 @@ const (
 )
 
 // headLimit is the reader under the connection's bufio.Reader: while a
-// request head is read it allows at most remain bytes; while a body is
-// read (idle > 0) each read must bring bytes within idle.
+// request head is read it allows at most remain bytes and shows them to
+// scan; while a body is read (idle > 0) each read must bring bytes
+// within idle.
 type headLimit struct {
 	c      net.Conn
 	remain int64
+	scan   *headScan    // non-nil while a head is read (serve's goroutine only)
 	idle   atomic.Int64 // a time.Duration; the body may be read on another goroutine (the Transport's)
 }
 
@@ -128,7 +147,110 @@ func (l *headLimit) Read(p []byte) (int, error) {
 	}
 	n, err := l.c.Read(p)
 	l.remain -= int64(n)
+	if l.scan != nil {
+		l.scan.feed(p[:n])
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			l.scan.timedOut = true
+		}
+	}
 	return n, err
+}
+
+// sendLimit is the writer under the connection's bufio.Writer: the client
+// must take some of its answer within idle while rotor waits to write, or
+// it is taken for gone (stalled): one that stops reading, its receive
+// window full, would otherwise hold its connection, goroutine and
+// upstream exchange as long as it likes. A slow reader that keeps reading
+// is not cut, however long its answer takes.
+//
+// After a write that waited, the socket tells whether data left for the
+// client since the wait began (sentWithin, TCP_INFO): that the write took
+// some bytes says little, as the kernel takes a few hundred more into a
+// full send buffer at each zero-window probe while the client reads
+// nothing. Where the socket cannot tell (off Linux), a write that took
+// bytes since then stands for progress.
+//
+// A deadline the handler set (h1Writer.SetWriteDeadline) replaces the
+// limit until it clears it.
+type sendLimit struct {
+	hc    *h1Conn
+	idle  time.Duration
+	fixed atomic.Bool // the handler's own deadline is on the connection
+
+	// The writer's own (one write at a time):
+	since time.Time // start of the wait in which the client was last seen taking nothing; zero when it took some
+	moved time.Time // when a write last took bytes
+}
+
+func (l *sendLimit) Write(p []byte) (int, error) {
+	c := l.hc.c
+	if l.fixed.Load() || l.idle <= 0 {
+		return c.Write(p)
+	}
+	n := 0
+	for {
+		start := time.Now()
+		deadline := start.Add(l.idle)
+		if !l.since.IsZero() {
+			deadline = l.since.Add(l.idle) // the clock of a wait without progress runs on
+		}
+		_ = c.SetWriteDeadline(deadline)
+		m, err := c.Write(p[n:])
+		n += m
+		now := time.Now()
+		if m > 0 {
+			l.moved = now
+		}
+		timedOut := errors.Is(err, os.ErrDeadlineExceeded)
+		if timedOut || now.Sub(start) >= l.idle/16 {
+			// This write waited on the client: did it take anything
+			// since the wait began?
+			from := start
+			if !l.since.IsZero() {
+				from = l.since
+			}
+			if l.took(from, now) {
+				l.since = time.Time{}
+			} else if l.since.IsZero() {
+				l.since = start
+			}
+		}
+		if !timedOut {
+			return n, err
+		}
+		if !l.since.IsZero() && now.Sub(l.since) >= l.idle {
+			return n, l.hc.stalled(l.idle)
+		}
+	}
+}
+
+// took reports whether the client took some of its answer between from
+// and now.
+func (l *sendLimit) took(from, now time.Time) bool {
+	if sent, ok := sentWithin(l.hc.c, now.Sub(from)); ok {
+		return sent
+	}
+	return l.moved.After(from)
+}
+
+// stalled ends a connection whose client took nothing of its answer for
+// idle, and returns the error its write fails with (forward.go logs the
+// request client_gone with it): the running request is cancelled, so the
+// upstream exchange ends wherever it is, and the close that follows
+// resets the connection, as the bytes still queued for a client that
+// reads nothing would only wait in the kernel.
+func (hc *h1Conn) stalled(idle time.Duration) error {
+	err := fmt.Errorf("%w for %s", errClientStalled, idle)
+	hc.wmu.Lock()
+	if hc.cancel != nil {
+		hc.cancel(err)
+		hc.cancel = nil
+	}
+	hc.wmu.Unlock()
+	if tc := tcpOf(hc.c); tc != nil {
+		_ = tc.SetLinger(0)
+	}
+	return err
 }
 
 // acceptHTTP serves the HTTP proxy front's listener until it is closed.
@@ -215,7 +337,7 @@ func (f *h1Front) shutdown(ctx context.Context) {
 		_ = hc.c.Close()
 		hc.wmu.Lock()
 		if hc.cancel != nil {
-			hc.cancel() // a request waiting for an upstream ends now
+			hc.cancel(nil) // a request waiting for an upstream ends now
 		}
 		hc.wmu.Unlock()
 	}
@@ -238,8 +360,17 @@ func (hc *h1Conn) serve() {
 	}()
 	hc.lr.c = hc.c
 	hc.br = bufio.NewReaderSize(&hc.lr, h1BufSize)
-	hc.bw = bufio.NewWriterSize(hc.c, h1BufSize)
+	hc.sl = sendLimit{hc: hc, idle: s.h1.sendIdle}
+	if hc.sl.idle == 0 {
+		hc.sl.idle = h1SendIdle
+	}
+	hc.bw = bufio.NewWriterSize(&hc.sl, h1BufSize)
 	hdrTimeout := s.cfg.Load().Listen.HandshakeTimeout
+	// headTimeout is the deadline a head that began is cut off by.
+	headTimeout := hdrTimeout
+	if headTimeout <= 0 {
+		headTimeout = h1IdleTimeout
+	}
 	for first := true; ; first = false {
 		// Waiting for a request's first byte the connection is idle:
 		// Shutdown closes it. The first request's head is bounded by the
@@ -251,8 +382,14 @@ func (hc *h1Conn) serve() {
 			_ = hc.c.SetReadDeadline(time.Now().Add(hdrTimeout))
 		}
 		// Bytes read from here on (the Peek too) count against the head's
-		// size limit.
+		// size limit, and are scanned with those already buffered.
 		hc.lr.remain = h1MaxHeader
+		hc.scan = headScan{}
+		if n := hc.br.Buffered(); n > 0 {
+			b, _ := hc.br.Peek(n)
+			hc.scan.feed(b)
+		}
+		hc.lr.scan = &hc.scan
 		if hc.br.Buffered() == 0 {
 			if !s.h1.setIdle(hc, true) {
 				return
@@ -275,27 +412,25 @@ func (hc *h1Conn) serve() {
 			}
 			_, _ = hc.br.Discard(1)
 		}
-		cl, te, seen := headFraming(hc.br)
 		req, err := http.ReadRequest(hc.br)
 		// A head that used up the limit is too large whatever error the
 		// parser saw: a limit that cuts a short line in two makes a
 		// malformed line of it, not an errHeaderTooLarge.
 		tooLarge := hc.lr.remain <= 0
 		hc.lr.remain = 1<<63 - 1
+		hc.lr.scan = nil
 		if err != nil {
-			hc.readError(err, tooLarge)
+			hc.readError(err, tooLarge, hc.scan.timedOut && hc.scan.started(), headTimeout)
 			return
 		}
 		// http.ReadRequest drops Content-Length when Transfer-Encoding is
 		// chunked, and Transfer-Encoding from an HTTP/1.0 request: the
-		// head as it came says whether the client sent both, or a
-		// Transfer-Encoding to be ignored. Either framing is suspect (a
-		// request smuggling attempt, RFC 9112 section 11.2), and the
-		// connection MUST close after the answer (section 6.1, 6.3). A
-		// head rotor did not see whole gets the same for any chunked or
-		// HTTP/1.0 request.
+		// head as it came (headScan) says whether the client sent both,
+		// or a Transfer-Encoding to be ignored. Either framing is suspect
+		// (a request smuggling attempt, RFC 9112 section 11.2), and the
+		// connection MUST close after the answer (section 6.1, 6.3).
 		http10 := !req.ProtoAtLeast(1, 1)
-		hc.badFraming = (seen && te && (cl || http10)) || (!seen && (len(req.TransferEncoding) > 0 || http10))
+		hc.badFraming = hc.scan.te && (hc.scan.cl || http10)
 		if hc.badFraming {
 			req.Close = true
 		}
@@ -317,7 +452,7 @@ func (hc *h1Conn) serve() {
 // serveRequest serves one request; it reports whether the connection may
 // carry another.
 func (hc *h1Conn) serveRequest(req *http.Request) bool {
-	if msg := checkRequest(req); msg != "" {
+	if msg := checkRequest(req, hc.scan.host); msg != "" {
 		if req.ProtoMajor != 1 {
 			// The HTTP/2 preface ("PRI * HTTP/2.0") lands here too.
 			hc.plain(http.StatusHTTPVersionNotSupported, "bad_request",
@@ -331,9 +466,10 @@ func (hc *h1Conn) serveRequest(req *http.Request) bool {
 	// Not derived from the server's context: registering with it would
 	// take its lock on every request. Shutdown cancels running requests
 	// through the client watch when its grace runs out.
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
 	req = req.WithContext(ctx)
+	hc.sl.fixed.Store(false)
 	w := &h1Writer{hc: hc, req: req, h: http.Header{}, cl: -1}
 	body := &h1Body{r: req.Body, br: hc.br}
 	body.buffered.Store(int64(hc.br.Buffered()))
@@ -377,14 +513,14 @@ func (hc *h1Conn) serveRequest(req *http.Request) bool {
 }
 
 // handle runs the proxy handler with the client watched.
-func (hc *h1Conn) handle(w *h1Writer, req *http.Request, body *h1Body, cancel context.CancelFunc) {
+func (hc *h1Conn) handle(w *h1Writer, req *http.Request, body *h1Body, cancel context.CancelCauseFunc) {
 	hc.startWatch(body, cancel)
 	defer hc.stopWatch()
 	hc.s.h1.handler.ServeHTTP(w, req)
 }
 
 // startWatch arms the client check for the request cancel belongs to.
-func (hc *h1Conn) startWatch(body *h1Body, cancel context.CancelFunc) {
+func (hc *h1Conn) startWatch(body *h1Body, cancel context.CancelCauseFunc) {
 	hc.wmu.Lock()
 	defer hc.wmu.Unlock()
 	hc.cancel = cancel
@@ -419,12 +555,12 @@ func (hc *h1Conn) checkClient() {
 	}
 	switch peekClient(hc.c) {
 	case peerGone:
-		hc.cancel()
+		hc.cancel(nil)
 		hc.cancel = nil
 		return
 	case peerEOF:
 		if hc.body.due() {
-			hc.cancel()
+			hc.cancel(nil)
 			hc.cancel = nil
 			return
 		}
@@ -732,7 +868,8 @@ func (w *h1Writer) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 
 // SetReadDeadline and SetWriteDeadline serve http.ResponseController.
 // A handler's own read deadline replaces the body idle limit until it
-// clears it (forward.go bounds a small body's whole read so).
+// clears it (forward.go bounds a small body's whole read so), and its own
+// write deadline the send limit.
 func (w *h1Writer) SetReadDeadline(t time.Time) error {
 	idle := time.Duration(0)
 	if t.IsZero() {
@@ -741,7 +878,10 @@ func (w *h1Writer) SetReadDeadline(t time.Time) error {
 	w.hc.lr.idle.Store(int64(idle))
 	return w.hc.c.SetReadDeadline(t)
 }
-func (w *h1Writer) SetWriteDeadline(t time.Time) error { return w.hc.c.SetWriteDeadline(t) }
+func (w *h1Writer) SetWriteDeadline(t time.Time) error {
+	w.hc.sl.fixed.Store(!t.IsZero())
+	return w.hc.c.SetWriteDeadline(t)
+}
 
 // hasToken reports whether header field name of h lists token
 // (comma-separated, case-insensitive).

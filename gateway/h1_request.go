@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Checks and refusals of the HTTP front's requests (h1.go): what
@@ -18,19 +19,27 @@ import (
 // request that cannot be served.
 
 // readError answers a request that could not be read as net/http's
-// Server does: nothing for a connection that closed or timed out, 431 for
-// a head over h1MaxHeader (tooLarge), 501 for an unknown transfer coding,
-// else 400; each with X-Rotor-Error: bad_request and a one-line reason,
-// as rotor's other refusals (requestParseError). The rest of a refused
-// head may still be on its way: the answer lingers, so the close does not
+// Server does: nothing for a connection that closed, or timed out before
+// the head began, 431 for a head over h1MaxHeader (tooLarge), 501 for an
+// unknown transfer coding, else 400; each with X-Rotor-Error: bad_request
+// and a one-line reason, as rotor's other refusals (requestParseError). A
+// head cut off by its deadline (timedOut: bytes of it came, not all of
+// them within d) is a 408 whatever the parser made of the part it got: at
+// a deadline bufio's ReadLine returns a partial line as a whole one, so a
+// cut request line reads as a malformed one. The rest of a refused head
+// may still be on its way: the answer lingers, so the close does not
 // reset the connection before the client has read it.
-func (hc *h1Conn) readError(err error, tooLarge bool) {
+func (hc *h1Conn) readError(err error, tooLarge, timedOut bool, d time.Duration) {
 	var ne net.Error
 	var oe *net.OpError
 	switch {
 	case tooLarge || errors.Is(err, errHeaderTooLarge):
 		hc.plain(http.StatusRequestHeaderFieldsTooLarge, "bad_request",
 			"the request head (request line and header fields) is larger than "+strconv.Itoa(h1MaxHeader>>10)+" KiB")
+		hc.lingerClose()
+	case timedOut:
+		hc.s.log.Debug().Str("listener", "http").Str("client", hc.remote).Str("err", "request head timed out").Msg("bad request")
+		hc.plain(http.StatusRequestTimeout, "bad_request", "request head incomplete: not received in full within "+d.String())
 		hc.lingerClose()
 	case err == io.EOF, errors.As(err, &ne) && ne.Timeout(), errors.As(err, &oe) && oe.Op == "read":
 	default:
@@ -96,17 +105,19 @@ func (hc *h1Conn) plain(status int, rotorErr, reason string) {
 // checkRequest applies the checks net/http's Server makes after parsing.
 // http.ReadRequest has already refused a second Host header and taken
 // the Host header out of req.Header (into req.Host, unless the request
-// line's absolute URI names the host, which wins: RFC 9112 section 3.2.2).
-func checkRequest(req *http.Request) string {
+// line's absolute URI names the host, which wins: RFC 9112 section 3.2.2),
+// so whether one was sent is host, from the head's bytes (headScan). An
+// HTTP/1.1 request without one is refused (RFC 9112 section 3.2), even
+// in absolute form, where its value is ignored. CONNECT is exempt, as in
+// net/http's Server (golang/go#18215): iOS, old wget and other clients
+// send HTTP/1.1 CONNECT without Host (curl, Go, wget 1.21 and Python
+// 3.12+ send it; Python 3.11 and older CONNECT in HTTP/1.0), and its
+// authority names the target anyway.
+func checkRequest(req *http.Request, host bool) string {
 	if req.ProtoMajor != 1 {
 		return "unsupported protocol version"
 	}
-	if req.ProtoAtLeast(1, 1) && req.Host == "" && req.Method != http.MethodConnect {
-		return "missing required Host header"
-	}
-	if !validHostHeader(req.Host) {
-		return "malformed Host header"
-	}
+	// Field names first: "Host : x" is a malformed field, not a missing Host.
 	for k, vv := range req.Header {
 		if !validFieldName(k) {
 			return "invalid header name"
@@ -117,42 +128,87 @@ func checkRequest(req *http.Request) string {
 			}
 		}
 	}
+	if req.ProtoAtLeast(1, 1) && !host && req.Method != http.MethodConnect {
+		return "missing required Host header"
+	}
+	if !validHostHeader(req.Host) {
+		return "malformed Host header"
+	}
 	return ""
 }
 
-// headFraming reports whether the request head at the start of br's
-// buffer has a Content-Length (cl) and a Transfer-Encoding (te) field;
-// seen is false when the buffer does not hold the whole head. It only
-// peeks, before http.ReadRequest parses the head.
-func headFraming(br *bufio.Reader) (cl, te, seen bool) {
-	b, _ := br.Peek(br.Buffered())
-	end := len(b)
-	for _, sep := range []string{"\r\n\r\n", "\n\n"} {
-		if i := bytes.Index(b, []byte(sep)); i >= 0 && i < end {
-			end = i
-			seen = true
+// headScan follows a request head's bytes as they are read (headLimit
+// feeds it from the head's first byte, serve the bytes already buffered)
+// and records what http.ReadRequest does not tell: whether the head has a
+// Host field (host; it deletes the field, and fills req.Host from an
+// absolute URI), a Content-Length (cl) and a Transfer-Encoding (te) field
+// (it drops Content-Length when Transfer-Encoding is chunked, and
+// Transfer-Encoding from HTTP/1.0), and whether a read of it timed out. A
+// field counts by its name as sent, before the colon (case-insensitive),
+// on a line of the head: not in a value, nor after the blank line that
+// ends the head. Empty lines before the request line are skipped, as serve
+// skips them.
+type headScan struct {
+	state        uint8    // scanLead, scanRequestLine, scanName, scanRest, scanDone
+	n            uint8    // bytes of name so far
+	name         [17]byte // the current line's first bytes, lower-cased: len("transfer-encoding")
+	host, cl, te bool
+	timedOut     bool // a read of the head reached its deadline
+}
+
+const (
+	scanLead        = iota // before the request line
+	scanRequestLine        // in the request line
+	scanName               // at the start of a field line: its name so far in name
+	scanRest               // in the rest of a field line
+	scanDone               // past the blank line
+)
+
+// started reports whether any of the head came (more than empty lines).
+func (h *headScan) started() bool { return h.state != scanLead }
+
+func (h *headScan) feed(p []byte) {
+	for _, c := range p {
+		switch h.state {
+		case scanLead:
+			if c != '\r' && c != '\n' {
+				h.state = scanRequestLine
+			}
+		case scanRequestLine, scanRest:
+			if c == '\n' {
+				h.state, h.n = scanName, 0
+			}
+		case scanName:
+			switch {
+			case c == '\n':
+				if h.n == 0 || (h.n == 1 && h.name[0] == '\r') {
+					h.state = scanDone // the blank line
+					return
+				}
+				h.n = 0 // a line without a colon: http.ReadRequest refuses it
+			case c == ':':
+				switch string(h.name[:h.n]) {
+				case "host":
+					h.host = true
+				case "content-length":
+					h.cl = true
+				case "transfer-encoding":
+					h.te = true
+				}
+				h.state = scanRest
+			case int(h.n) == len(h.name):
+				h.state = scanRest // longer than any name looked for
+			default:
+				if 'A' <= c && c <= 'Z' {
+					c += 'a' - 'A'
+				}
+				h.name[h.n] = c
+				h.n++
+			}
+		case scanDone:
+			return
 		}
 	}
-	if !seen {
-		return false, false, false
-	}
-	b = b[:end]
-	_, b, _ = bytes.Cut(b, []byte("\n")) // the request line
-	for len(b) > 0 {
-		var line []byte
-		line, b, _ = bytes.Cut(b, []byte("\n"))
-		name, _, ok := bytes.Cut(line, []byte(":"))
-		if !ok {
-			continue
-		}
-		switch {
-		case bytes.EqualFold(name, []byte("Content-Length")):
-			cl = true
-		case bytes.EqualFold(name, []byte("Transfer-Encoding")):
-			te = true
-		}
-	}
-	return cl, te, true
 }
 
 // headBuffered reports whether br holds a whole request head.

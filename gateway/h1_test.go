@@ -174,6 +174,8 @@ func TestH1BadRequests(t *testing.T) {
 		{"bad version", "GET http://a.test/ HTTX/1.1\r\nHost: a.test\r\n\r\n", 400, "malformed HTTP version"},
 		{"bad target", "GET http://a.test/%zz HTTP/1.1\r\nHost: a.test\r\n\r\n", 400, "malformed request target"},
 		{"no Host on HTTP/1.1", "GET /x HTTP/1.1\r\n\r\n", 400, "missing required Host header"},
+		{"no Host on HTTP/1.1, absolute form", "GET http://a.test/ HTTP/1.1\r\n\r\n", 400, "missing required Host header"},
+		{"no Host on HTTP/1.1, Host-like fields", "GET http://a.test/ HTTP/1.1\r\nX-Host: a.test\r\nHostname: a.test\r\n\r\n", 400, "missing required Host header"},
 		{"two Hosts", "GET http://a.test/ HTTP/1.1\r\nHost: a.test\r\nHost: b.test\r\n\r\n", 400, "more than one Host header"},
 		{"space before the colon", "GET http://a.test/ HTTP/1.1\r\nHost : a.test\r\n\r\n", 400, "invalid header name"},
 		{"bad header name", "GET http://a.test/ HTTP/1.1\r\nHost: a.test\r\nBad Name: x\r\n\r\n", 400, "invalid header name"},
@@ -350,10 +352,12 @@ func TestH1HalfClosedClientGetsItsAnswer(t *testing.T) {
 func TestH1AmbiguousFramingCloses(t *testing.T) {
 	target := upstreamtest.NewTarget(t)
 	srv := directGateway(t)
+	bigFields := strings.Repeat("X-Pad: "+strings.Repeat("p", 100)+"\r\n", 80) // 8 KiB, past h1BufSize
 	for _, tc := range []struct{ name, req, want string }{
 		{"Content-Length and chunked", fmt.Sprintf("POST %s HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n", target.URL("/echo")), "hello"},
 		{"chunked and Content-Length", fmt.Sprintf("POST %s HTTP/1.1\r\nHost: x\r\ntransfer-encoding: chunked\r\ncontent-length: 3\r\n\r\n5\r\nhello\r\n0\r\n\r\n", target.URL("/echo")), "hello"},
 		{"HTTP/1.0 with Transfer-Encoding", fmt.Sprintf("POST %s HTTP/1.0\r\nHost: x\r\nConnection: keep-alive\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\nhello", target.URL("/echo")), "hello"},
+		{"both, past the read buffer", fmt.Sprintf("POST %s HTTP/1.1\r\nHost: x\r\n%sContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n", target.URL("/echo"), bigFields), "hello"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, br := h1Dial(t, srv)
@@ -369,32 +373,85 @@ func TestH1AmbiguousFramingCloses(t *testing.T) {
 			wantClosed(t, c, br)
 		})
 	}
-	// Either field alone keeps the connection.
-	c, br := h1Dial(t, srv)
-	fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n", target.URL("/echo"))
-	if r, body := h1Read(t, br, http.MethodPost); r.StatusCode != http.StatusOK || body != "hello" || r.Close {
-		t.Fatalf("chunked alone: %d %q close=%v, want 200 kept alive", r.StatusCode, body, r.Close)
+	// Either field alone keeps the connection, in a head longer than the
+	// connection's read buffer too (its fields are seen as they are read).
+	for _, fields := range []string{"", bigFields} {
+		c, br := h1Dial(t, srv)
+		fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: x\r\n%sTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n", target.URL("/echo"), fields)
+		if r, body := h1Read(t, br, http.MethodPost); r.StatusCode != http.StatusOK || body != "hello" || r.Close {
+			t.Fatalf("chunked alone after %d bytes of fields: %d %q close=%v, want 200 kept alive", len(fields), r.StatusCode, body, r.Close)
+		}
 	}
 }
 
-// TestHeadFraming pins what the peek before parsing finds in a head.
-func TestHeadFraming(t *testing.T) {
-	for _, tc := range []struct {
-		head         string
-		cl, te, seen bool
-	}{
-		{"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\nx", true, false, true},
-		{"POST / HTTP/1.1\r\nHost: x\r\nTRANSFER-ENCODING: chunked\r\nContent-Length: 1\r\n\r\n", true, true, true},
-		{"POST / HTTP/1.1\nHost: x\nTransfer-Encoding: chunked\n\n", false, true, true},
-		{"GET / HTTP/1.1\r\nHost: x\r\nX-Note: Content-Length: 1\r\n\r\n", false, false, true},
-		{"POST / HTTP/1.1\r\nHost: x\r\n\r\nContent-Length: 1\r\n\r\n", false, false, true}, // in the body
-		{"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n", false, false, false},
+// An HTTP/1.1 request in absolute form must carry a Host field too (RFC
+// 9112 section 3.2; its value is ignored for the URI's), rotor used to
+// take the URI's host for one. HTTP/1.0 needs none, and CONNECT is let
+// through without one as net/http's Server does (golang/go#18215: iOS
+// and old wget send none; curl, Go, wget 1.21 and Python's http.client
+// do).
+func TestH1HostHeader(t *testing.T) {
+	target := upstreamtest.NewTarget(t)
+	srv := directGateway(t)
+	for _, tc := range []struct{ name, req string }{
+		{"HTTP/1.0 without Host", "GET " + target.URL("/ok") + " HTTP/1.0\r\n\r\n"},
+		{"an empty Host", "GET " + target.URL("/ok") + " HTTP/1.1\r\nHost:\r\n\r\n"},
+		{"another host in Host", "GET " + target.URL("/ok") + " HTTP/1.1\r\nhost: elsewhere.test\r\n\r\n"},
 	} {
-		br := bufio.NewReader(strings.NewReader(tc.head))
-		_, _ = br.Peek(1)
-		cl, te, seen := headFraming(br)
-		if cl != tc.cl || te != tc.te || seen != tc.seen {
-			t.Errorf("headFraming(%q) = %v %v %v, want %v %v %v", tc.head, cl, te, seen, tc.cl, tc.te, tc.seen)
+		t.Run(tc.name, func(t *testing.T) {
+			c, br := h1Dial(t, srv)
+			io.WriteString(c, tc.req)
+			if r, b := h1Read(t, br, "GET"); r.StatusCode != http.StatusOK || b != "ok\n" {
+				t.Fatalf("answer %d %q (X-Rotor-Error %q), want 200", r.StatusCode, b, r.Header.Get("X-Rotor-Error"))
+			}
+		})
+	}
+	t.Run("CONNECT without Host", func(t *testing.T) {
+		c, br := h1Dial(t, srv)
+		fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\n\r\n", target.Addr())
+		resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("answer %v, %v, want 200", resp, err)
 		}
+		fmt.Fprintf(c, "GET /ok HTTP/1.1\r\nHost: %s\r\n\r\n", target.Addr())
+		if r, b := h1Read(t, br, "GET"); r.StatusCode != http.StatusOK || b != "ok\n" {
+			t.Fatalf("through the tunnel: %d %q", r.StatusCode, b)
+		}
+	})
+}
+
+// TestHeadScan pins what the scan of a head's bytes finds, fed whole and
+// a byte at a time (a head arrives in pieces): the fields http.ReadRequest
+// hides, named as sent, in the head only.
+func TestHeadScan(t *testing.T) {
+	for _, tc := range []struct {
+		head              string
+		host, cl, te, end bool
+	}{
+		{"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\nx", true, true, false, true},
+		{"POST / HTTP/1.1\r\nHost: x\r\nTRANSFER-ENCODING: chunked\r\nContent-Length: 1\r\n\r\n", true, true, true, true},
+		{"POST / HTTP/1.1\nhost: x\nTransfer-Encoding: chunked\n\n", true, false, true, true},
+		{"GET / HTTP/1.1\r\nHost: x\r\nX-Note: Content-Length: 1\r\n\r\n", true, false, false, true},
+		{"POST / HTTP/1.1\r\nHost: x\r\n\r\nContent-Length: 1\r\n\r\n", true, false, false, true}, // in the body
+		{"POST / HTTP/1.1\r\nContent-Length: 1\r\n", false, true, false, false},
+		{"GET http://a.test/ HTTP/1.1\r\nX-Host: a.test\r\nHostname: a\r\n\r\nHost: b\r\n", false, false, false, true},
+		{"\r\n\r\nGET http://a.test/ HTTP/1.1\r\nHost:\r\n\r\n", true, false, false, true}, // empty lines first; an empty Host
+		{"GET http://host:80/ HTTP/1.1\r\nX-Transfer-Encoding-Is-Long: chunked\r\n\r\n", false, false, false, true},
+		{"GET http://a.test/ HT", false, false, false, false},
+	} {
+		for _, step := range []int{len(tc.head), 1} {
+			var h headScan
+			for b := []byte(tc.head); len(b) > 0; b = b[min(step, len(b)):] {
+				h.feed(b[:min(step, len(b))])
+			}
+			if h.host != tc.host || h.cl != tc.cl || h.te != tc.te || (h.state == scanDone) != tc.end || !h.started() {
+				t.Errorf("scan of %q by %d: host %v cl %v te %v end %v, want %v %v %v %v",
+					tc.head, step, h.host, h.cl, h.te, h.state == scanDone, tc.host, tc.cl, tc.te, tc.end)
+			}
+		}
+	}
+	var h headScan
+	if h.feed([]byte("\r\n\n")); h.started() {
+		t.Errorf("empty lines started a head")
 	}
 }
