@@ -615,16 +615,18 @@ func (s *Server) writeResponse(w http.ResponseWriter, resp *http.Response, e *up
 	removeHop(h)
 	h.Set("X-Rotor-Upstream", e.Name)
 	w.WriteHeader(resp.StatusCode)
-	var cut, done atomic.Bool
+	var cut, done, writing atomic.Bool
 	var timer *time.Timer
 	if stall > 0 {
 		// Armed by the Reset below, once timer is set. The callback
-		// re-arms it itself while hold() is true, until done: a re-arm
+		// re-arms it itself while hold() is true or a write to the
+		// client is blocked (a lagging client holds the upstream back;
+		// that is no silence of the upstream's), until done: a re-arm
 		// racing the Stop fires once more and does nothing.
 		timer = time.AfterFunc(time.Hour, func() {
 			switch {
 			case done.Load():
-			case hold():
+			case hold(), writing.Load():
 				timer.Reset(stall)
 			default:
 				cut.Store(true)
@@ -646,16 +648,22 @@ func (s *Server) writeResponse(w http.ResponseWriter, resp *http.Response, e *up
 			timer.Reset(stall)
 		}
 		if n > 0 {
-			if _, werr := w.Write((*bp)[:n]); werr != nil {
-				return total, false, &clientGoneError{err: werr}
-			}
-			total += int64(n)
+			writing.Store(true)
+			_, werr := w.Write((*bp)[:n])
 			// Flush when the upstream paused (a short read that is not the
 			// end), so streamed responses reach the client as they come;
 			// a body that arrives in one go is written once.
-			if flusher != nil && rerr == nil && n < len(*bp) {
+			if werr == nil && flusher != nil && rerr == nil && n < len(*bp) {
 				flusher.Flush()
 			}
+			writing.Store(false)
+			if timer != nil {
+				timer.Reset(stall) // the upstream's silence counts from here
+			}
+			if werr != nil {
+				return total, false, &clientGoneError{err: werr}
+			}
+			total += int64(n)
 		}
 		switch {
 		case rerr == io.EOF:

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -250,4 +251,42 @@ func TestClientBodyFault(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestForwardStallClockStopsWhileClientLags: the stall clock measures the
+// upstream side only. While rotor waits to write to a client that lags
+// behind (a full socket), the upstream is not silent, it is held back;
+// the answer must arrive whole and nothing is reported against it.
+func TestForwardStallClockStopsWhileClientLags(t *testing.T) {
+	const size = 16 << 20
+	rt := newRawTarget(t, func(c net.Conn, br *bufio.Reader, rt *rawTarget) {
+		if _, err := rt.readHead(br); err != nil {
+			return
+		}
+		fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: %d\r\n\r\n", size)
+		chunk := bytes.Repeat([]byte("z"), 64<<10)
+		for n := 0; n < size; n += len(chunk) {
+			if _, err := c.Write(chunk); err != nil {
+				return
+			}
+		}
+	})
+	srv, _ := newGateway(t, "lag.toml", "allow_private_destinations = true\n"+listenConf("")+
+		"[slow_body]\nstall = \"200ms\"\n[pool]\nstart_eligible = true\n[[upstream]]\nurl = \"direct://\"\nname = \"up\"\n")
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
+	c, br := h1Dial(t, srv)
+	fmt.Fprintf(c, "GET http://%s/big HTTP/1.1\r\nHost: %s\r\n\r\n", rt.Addr(), rt.Addr())
+	r, err := http.ReadResponse(br, &http.Request{Method: http.MethodGet})
+	if err != nil || r.StatusCode != http.StatusOK {
+		t.Fatalf("answer %v %v", statusOf(r), err)
+	}
+	time.Sleep(time.Second) // the client lags: five stall periods
+	n, err := io.Copy(io.Discard, r.Body)
+	if err != nil || n != size {
+		t.Fatalf("read %d of %d bytes: %v", n, size, err)
+	}
+	noFailures(t, srv, "up")
 }
