@@ -56,6 +56,15 @@ func TestForwardMaxConnsBoundsOpenConnections(t *testing.T) {
 		t.Errorf("target 3 connections = %d, want 2: its idle connection was closed to make room for the POST's", got)
 	}
 	atMostOne("a GET after the POST")
+	// A tunnel through the upstream makes room too: the GET's idle
+	// connection is closed before the tunnel dials.
+	c, br := rawSOCKS(t, srv.Addr("socks5"), targets[1].Addr(), []byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n"))
+	if r, err := http.ReadResponse(br, nil); err != nil || r.StatusCode != 200 {
+		t.Fatalf("through the tunnel: %v %v", statusOf(r), err)
+	}
+	atMostOne("a tunnel after the GETs")
+	c.Close()
+	eventuallyTrue(t, "the tunnel's end", func() bool { return srv.Pool().Lookup("up").Active() == 0 })
 	if a := srv.Pool().Lookup("up").Active(); a != 0 {
 		t.Errorf("active = %d after the requests, want 0", a)
 	}

@@ -128,6 +128,7 @@ func New(cfg *Config, opt Options) (*Server, error) {
 		return fail(err)
 	}
 	s.pool = pool
+	pool.SetBeforeDial(s.connRoom) // tunnels count idle forward connections too
 	if s.fleet != nil {
 		// Per-upstream limits are divided among the live instances and
 		// sticky sessions are shared, off the data path (docs/fleet.md).

@@ -205,6 +205,9 @@ func (p *Pool) Dial(ctx context.Context, req Request) (*Lease, error) {
 		if err != nil {
 			return nil, err
 		}
+		if p.beforeDial != nil && e.MaxConns > 0 {
+			p.beforeDial(e)
+		}
 		conn, err := e.DialContext(ctx, "tcp", req.Addr)
 		if err == nil {
 			a.succeeded(e, true)

@@ -135,6 +135,10 @@ type Pool struct {
 	fleet Fleet
 	share atomic.Int64
 
+	// beforeDial, set once by SetBeforeDial before serving, runs before a
+	// tunnel dials an endpoint that has max_conns (see SetBeforeDial).
+	beforeDial func(*Endpoint)
+
 	// freed is closed and replaced when a tunnel ends on an endpoint with
 	// max_conns while some client is registered in slotWaiters, so a
 	// client that found every endpoint saturated is served as soon as a
@@ -374,3 +378,10 @@ func (p *Pool) wakeSlotWaiters() {
 	p.freedMu.Unlock()
 	close(*old)
 }
+
+// SetBeforeDial installs f, run before Dial opens a tunnel's connection to
+// an endpoint with max_conns. The gateway's plain-HTTP forwarding keeps
+// idle connections to upstreams outside the pool's count; f closes enough
+// of them that the connections open to the endpoint stay within its
+// max_conns. Call it before serving.
+func (p *Pool) SetBeforeDial(f func(*Endpoint)) { p.beforeDial = f }
