@@ -698,8 +698,18 @@ func classifyProxyResponse(e *upstream.Endpoint, resp *http.Response) *health.Fa
 	squid := resp.Header.Get("X-Squid-Error")
 	fail := func(c health.Class, st health.Stage) *health.Failure {
 		// Plain: the proxy answered the forwarded request, not a CONNECT
-		// (the history detail and the client's 502 say so).
-		return &health.Failure{Class: c, Stage: st, Err: &upstream.ConnectStatusError{StatusCode: resp.StatusCode, Status: resp.Status, SquidError: squid, Plain: true}}
+		// (the history detail and the client's 502 say so). Every field
+		// read here can come from the target, relayed unchanged (a site's
+		// own 407, a forged X-Squid-Error), so a failure the proxy seems
+		// to claim cools the upstream for that host only; the
+		// target-failure rule cools it whole when it happens at hosts
+		// other upstreams reach. Any website could otherwise take every
+		// http upstream out of the pool, one answer each.
+		f := &health.Failure{Class: c, Stage: st, Err: &upstream.ConnectStatusError{StatusCode: resp.StatusCode, Status: resp.Status, SquidError: squid, Plain: true}}
+		if !c.IsTargetFailure() {
+			f.Scope = health.ScopeTarget
+		}
+		return f
 	}
 	switch {
 	case resp.StatusCode == http.StatusProxyAuthRequired:
@@ -710,7 +720,8 @@ func classifyProxyResponse(e *upstream.Endpoint, resp *http.Response) *health.Fa
 		switch {
 		case strings.HasPrefix(squid, "ERR_CONNECT_FAIL 110"), strings.HasPrefix(squid, "ERR_READ_TIMEOUT"):
 			return fail(health.TargetTimeout, health.StageTargetConnect)
-		case strings.HasPrefix(squid, "ERR_CONNECT_FAIL"), strings.HasPrefix(squid, "ERR_DNS_FAIL"), strings.HasPrefix(squid, "ERR_ZERO_SIZE_OBJECT"):
+		case strings.HasPrefix(squid, "ERR_CONNECT_FAIL"), strings.HasPrefix(squid, "ERR_DNS_FAIL"), strings.HasPrefix(squid, "ERR_ZERO_SIZE_OBJECT"),
+			strings.HasPrefix(squid, "ERR_READ_ERROR"): // the target reset or closed mid-answer
 			return fail(health.TargetUnreachable, health.StageTargetConnect)
 		case strings.HasPrefix(squid, "ERR_CACHE_ACCESS_DENIED"):
 			return fail(health.AuthRejected, health.StageProxyAuth)

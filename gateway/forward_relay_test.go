@@ -3,6 +3,7 @@ package gateway
 import (
 	"bufio"
 	"fmt"
+	"github.com/rotor-proxy/rotor/health"
 	"io"
 	"net"
 	"net/http"
@@ -195,8 +196,13 @@ func TestForwardProxyAnswerDetail(t *testing.T) {
 					t.Errorf("502 body %q names CONNECT", body)
 				}
 				snap := srv.Tracker().Snapshot(srv.Pool().Lookup("tp").Record())
-				if !strings.Contains(snap.Detail, "proxy answered the forwarded request with") || strings.Contains(snap.Detail, "CONNECT") {
-					t.Errorf("record detail %q, want the forwarded request, not CONNECT", snap.Detail)
+				// Any of these fields can be a target's, relayed: the
+				// upstream cools for that host only.
+				if snap.State != health.Eligible || len(snap.Targets) != 1 || snap.Targets[0].Host != "example.test" || snap.Targets[0].Reason != health.AuthRejected {
+					t.Errorf("state %v targets %+v, want eligible, auth_rejected for example.test only", snap.State, snap.Targets)
+				}
+				if h := snap.History[len(snap.History)-1]; !strings.Contains(h.Detail, "proxy answered the forwarded request with") || strings.Contains(h.Detail, "CONNECT") {
+					t.Errorf("history detail %q, want the forwarded request, not CONNECT", h.Detail)
 				}
 				for _, h := range snap.History {
 					if strings.Contains(h.Detail, "CONNECT") {

@@ -207,12 +207,17 @@ func PlainAnswer(ce *ConnectStatusError) *health.Failure {
 		return &health.Failure{Class: health.UpstreamError, Stage: health.StageHTTPStatus, Scope: health.ScopeTarget, Err: &pc}
 	case name == "ERR_READ_TIMEOUT":
 		return &health.Failure{Class: health.TargetTimeout, Stage: health.StageTargetConnect, Err: &pc}
-	case name == "ERR_ZERO_SIZE_OBJECT": // the target closed without answering
+	case name == "ERR_ZERO_SIZE_OBJECT", name == "ERR_READ_ERROR": // the target closed, or reset, without a whole answer
 		return &health.Failure{Class: health.TargetUnreachable, Stage: health.StageTargetConnect, Err: &pc}
-	case c == health.AuthRejected || c.IsTargetFailure():
+	case c.IsTargetFailure():
 		return &health.Failure{Class: c, Stage: s, Err: &pc}
+	case c == health.AuthRejected:
+		// A forwarded answer's fields may be the target's, relayed
+		// unchanged: for that host only (see the gateway's
+		// classifyProxyResponse); the target rule widens it.
+		return &health.Failure{Class: c, Stage: s, Scope: health.ScopeTarget, Err: &pc}
 	}
-	return &health.Failure{Class: health.UpstreamError, Stage: health.StageHTTPStatus, Err: &pc}
+	return &health.Failure{Class: health.UpstreamError, Stage: health.StageHTTPStatus, Scope: health.ScopeTarget, Err: &pc}
 }
 
 // plainAnswer re-classifies a failure the gateway's plain-HTTP forward

@@ -173,7 +173,9 @@ func TestTargetReplyCode(t *testing.T) {
 
 // TestPlainAnswer: a proxy's own error answer to a forwarded plain-HTTP
 // request (issue: squid's 400 ERR_INVALID_URL and 403 ERR_ACCESS_DENIED
-// to a GET cooled the whole upstream, with a detail naming CONNECT).
+// to a GET cooled the whole upstream, with a detail naming CONNECT). A
+// forwarded answer's fields may be the target's, relayed unchanged, so
+// what blames the proxy is scoped to the host (the target rule widens it).
 func TestPlainAnswer(t *testing.T) {
 	tests := []struct {
 		name     string
@@ -187,12 +189,13 @@ func TestPlainAnswer(t *testing.T) {
 		{"squid access denied", ConnectStatusError{StatusCode: 403, Status: "403 Forbidden", SquidError: "ERR_ACCESS_DENIED 0"}, health.UpstreamError, health.StageHTTPStatus, true, false},
 		{"squid too big", ConnectStatusError{StatusCode: 413, Status: "413 Payload Too Large", SquidError: "ERR_TOO_BIG 0"}, health.ClassNone, health.StageHTTPStatus, false, true},
 		{"squid other 4xx", ConnectStatusError{StatusCode: 411, Status: "411 Length Required", SquidError: "ERR_INVALID_REQ 0"}, health.ClassNone, health.StageHTTPStatus, false, true},
-		{"squid 429", ConnectStatusError{StatusCode: 429, Status: "429 Too Many Requests", SquidError: "ERR_X 0"}, health.UpstreamError, health.StageHTTPStatus, false, false},
-		{"squid cache access denied", ConnectStatusError{StatusCode: 407, Status: "407 Proxy Authentication Required", SquidError: "ERR_CACHE_ACCESS_DENIED 0"}, health.AuthRejected, health.StageProxyAuth, false, false},
+		{"squid 429", ConnectStatusError{StatusCode: 429, Status: "429 Too Many Requests", SquidError: "ERR_X 0"}, health.UpstreamError, health.StageHTTPStatus, true, false},
+		{"squid cache access denied", ConnectStatusError{StatusCode: 407, Status: "407 Proxy Authentication Required", SquidError: "ERR_CACHE_ACCESS_DENIED 0"}, health.AuthRejected, health.StageProxyAuth, true, false},
 		{"squid connect fail", ConnectStatusError{StatusCode: 503, Status: "503 Service Unavailable", SquidError: "ERR_CONNECT_FAIL 111"}, health.TargetUnreachable, health.StageTargetConnect, false, false},
 		{"squid read timeout", ConnectStatusError{StatusCode: 504, Status: "504 Gateway Timeout", SquidError: "ERR_READ_TIMEOUT 0"}, health.TargetTimeout, health.StageTargetConnect, false, false},
 		{"squid zero size", ConnectStatusError{StatusCode: 502, Status: "502 Bad Gateway", SquidError: "ERR_ZERO_SIZE_OBJECT 0"}, health.TargetUnreachable, health.StageTargetConnect, false, false},
-		{"squid shutting down", ConnectStatusError{StatusCode: 503, Status: "503 Service Unavailable", SquidError: "ERR_SHUTTING_DOWN 0"}, health.UpstreamError, health.StageHTTPStatus, false, false},
+		{"squid read error (the target reset)", ConnectStatusError{StatusCode: 502, Status: "502 Bad Gateway", SquidError: "ERR_READ_ERROR 104"}, health.TargetUnreachable, health.StageTargetConnect, false, false},
+		{"squid shutting down", ConnectStatusError{StatusCode: 503, Status: "503 Service Unavailable", SquidError: "ERR_SHUTTING_DOWN 0"}, health.UpstreamError, health.StageHTTPStatus, true, false},
 		{"tinyproxy unable to connect", ConnectStatusError{StatusCode: 500, Status: "500 Unable to connect"}, health.TargetUnreachable, health.StageTargetConnect, false, false},
 	}
 	for _, tt := range tests {
