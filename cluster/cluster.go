@@ -80,13 +80,19 @@ type Cluster struct {
 
 	mu sync.Mutex
 	// mu guards the fields below.
-	pending  map[string]health.RemoteState // local transitions not yet written, latest per key
-	releases []string                      // lease keys to release once pending is written
-	seen     map[string]int64              // newest record version applied or written, per key
-	ops      map[string]stamp              // newest operator action known, per key (survives a Redis restart)
-	gen      string                        // Redis generation seen last ("" before the first contact)
-	down     bool                          // an outage was logged and has not ended
-	freshAt  time.Time                     // last (re)connection or new Redis generation
+	// pending holds the local transitions not yet written, per key: the
+	// latest, after the newest operator action queued since (queue).
+	pending map[string][]health.RemoteState
+	// writing marks the keys flush is writing now; a record read meanwhile
+	// waits in held (the newest) until the write's result is noted.
+	writing  map[string]bool
+	held     map[string]record
+	releases []string         // lease keys to release once pending is written
+	seen     map[string]int64 // newest record version applied or written, per key
+	ops      map[string]stamp // newest operator action known, per key (survives a Redis restart)
+	gen      string           // Redis generation seen last ("" before the first contact)
+	down     bool             // an outage was logged and has not ended
+	freshAt  time.Time        // last (re)connection or new Redis generation
 	started  bool
 }
 
@@ -134,7 +140,9 @@ func New(cfg Config, tr Tracker, log zerolog.Logger) (*Cluster, error) {
 		instTTL:     instanceTTL,
 		sessPending: map[string]sessBind{},
 		kick:        make(chan struct{}, 1),
-		pending:     map[string]health.RemoteState{},
+		pending:     map[string][]health.RemoteState{},
+		writing:     map[string]bool{},
+		held:        map[string]record{},
 		seen:        map[string]int64{},
 		ops:         map[string]stamp{},
 	}
@@ -207,12 +215,33 @@ func redactedAddr(rdb *redis.Client) string { return rdb.Options().Addr }
 
 // Publish queues a local transition for the shared record. It never
 // blocks: the sync loop writes it, and keeps it queued while Redis is
-// unreachable (only the latest transition per upstream is kept).
+// unreachable (the latest transition per upstream, after the newest
+// operator action queued before it). A local operator action is known at
+// once as the newest one (ops): the automatic transitions after it carry
+// its stamp, so that a probe that passed after an enable made during an
+// outage is not held off by the older disable the enable ended.
 func (c *Cluster) Publish(rs health.RemoteState) {
 	c.mu.Lock()
-	c.pending[rs.Key] = rs
+	c.pending[rs.Key] = queue(c.pending[rs.Key], rs)
+	if operatorAction(rs.State, rs.Stage) {
+		if s := (stamp{ms(rs.At.Round(0)), c.cfg.Instance}); s.after(c.ops[rs.Key]) {
+			c.ops[rs.Key] = s
+		}
+	}
 	c.mu.Unlock()
 	c.wake()
+}
+
+// queue adds rs to the queued transitions q of one upstream: an operator
+// action replaces them all; an automatic transition replaces the queued
+// ones but an operator action, which is written first. (Keeping only the
+// latest lost an enable made during an outage to the probe that followed
+// it: the probe's eligible carried the old disable's stamp and lost.)
+func queue(q []health.RemoteState, rs health.RemoteState) []health.RemoteState {
+	if operatorAction(rs.State, rs.Stage) || len(q) == 0 || !operatorAction(q[0].State, q[0].Stage) {
+		return []health.RemoteState{rs}
+	}
+	return []health.RemoteState{q[0], rs}
 }
 
 func (c *Cluster) wake() {
@@ -291,16 +320,23 @@ func (c *Cluster) renew(lk string, stop <-chan struct{}) {
 }
 
 // consider applies a shared record read from Redis (message, pull or
-// write result) unless this process wrote it, it is not newer than one
-// already applied, or a local transition of the same upstream is waiting
-// to be written (that write decides). force skips the version check.
+// write result) unless it is not newer than one already applied or
+// written, or a local transition of the same upstream is waiting to be
+// written (that write decides). One read while this instance's write of
+// the upstream runs waits for its result (held): it may be older than the
+// write, whose version is not known yet. force skips the version check.
+// A record is never skipped for carrying this process's token: a put-back
+// merge keeps the token of the state it kept, with other content, and a
+// record this instance wrote must apply when its local state went astray.
 func (c *Cluster) consider(rec record, force bool) {
 	c.applyMu.Lock()
 	defer c.applyMu.Unlock()
 	c.mu.Lock()
 	c.noteOp(rec)
-	if rec.Tok == c.tok {
-		c.seen[rec.Key] = max(c.seen[rec.Key], rec.V)
+	if c.writing[rec.Key] {
+		if h, ok := c.held[rec.Key]; !ok || rec.V > h.V {
+			c.held[rec.Key] = rec
+		}
 		c.mu.Unlock()
 		return
 	}
@@ -317,6 +353,19 @@ func (c *Cluster) consider(rec record, force bool) {
 	}
 	rs = c.clamp(rs)
 	c.tr.ApplyRemote(rec.Key, rs)
+}
+
+// unheld ends the write of key and considers the record read meanwhile,
+// if any.
+func (c *Cluster) unheld(key string) {
+	c.mu.Lock()
+	delete(c.writing, key)
+	rec, ok := c.held[key]
+	delete(c.held, key)
+	c.mu.Unlock()
+	if ok {
+		c.consider(rec, false)
+	}
 }
 
 // noteOp keeps the newest operator action rec knows of. Caller holds mu.
@@ -493,21 +542,27 @@ func (c *Cluster) setDown(err error) {
 func (c *Cluster) flush() {
 	c.mu.Lock()
 	batch := c.pending
-	c.pending = map[string]health.RemoteState{}
+	c.pending = map[string][]health.RemoteState{}
+	for key := range batch {
+		c.writing[key] = true
+	}
 	rel := c.releases
 	c.releases = nil
 	c.mu.Unlock()
 	failed := false
-	for key, rs := range batch {
-		if failed {
-			c.requeue(key, rs)
-			continue
+	for key, q := range batch {
+		for i, rs := range q {
+			if failed {
+				c.requeue(key, q[i:])
+				break
+			}
+			if err := c.write(rs); err != nil {
+				failed = true
+				c.requeue(key, q[i:])
+				c.setDown(err)
+			}
 		}
-		if err := c.write(rs); err != nil {
-			failed = true
-			c.requeue(key, rs)
-			c.setDown(err)
-		}
+		c.unheld(key)
 	}
 	if failed {
 		return // the leases expire on their own
@@ -519,11 +574,15 @@ func (c *Cluster) flush() {
 	}
 }
 
-func (c *Cluster) requeue(key string, rs health.RemoteState) {
+// requeue puts back the transitions q of key whose write failed, before
+// any queued since.
+func (c *Cluster) requeue(key string, q []health.RemoteState) {
 	c.mu.Lock()
-	if _, newer := c.pending[key]; !newer {
-		c.pending[key] = rs
+	var all []health.RemoteState
+	for _, rs := range append(append([]health.RemoteState(nil), q...), c.pending[key]...) {
+		all = queue(all, rs)
 	}
+	c.pending[key] = all
 	c.mu.Unlock()
 }
 

@@ -93,6 +93,7 @@ func (r record) remote() (rs health.RemoteState, ok bool) {
 	_ = rs.Stage.UnmarshalText([]byte(r.Stage))
 	rs.Key, rs.Detail, rs.Streak, rs.Instance = r.Key, r.Detail, r.Streak, r.Inst
 	rs.Until, rs.At = fromMS(r.Until), fromMS(r.At)
+	rs.OpAt = fromMS(r.OpAt)
 	for _, h := range r.Hist {
 		var tr health.Transition
 		_ = tr.From.UnmarshalText([]byte(h.From))

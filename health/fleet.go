@@ -42,6 +42,11 @@ type RemoteState struct {
 	// Instance names the instance that made the transition (set by the
 	// fleet store; informational).
 	Instance string
+	// OpAt is the wall-clock time of the newest operator action (an admin
+	// or config disable or enable) the shared record knows; zero when it
+	// knows none. A remote automatic transition ends a local operator's
+	// disable only when OpAt is after that disable (ApplyRemote).
+	OpAt time.Time
 	// History, when non-empty, replaces the record's history (the fleet's
 	// shared recent history, oldest first; bounded by Config.HistoryLen).
 	History []Transition
@@ -172,7 +177,12 @@ func (t *Tracker) Shared(key string) (rs RemoteState, ok bool) {
 // cooling) changes nothing but the history. The history entry is bounded
 // like a local one; rs.History, when set, replaces the history. A record
 // the config disables is left alone, history included: the config has
-// the last word on disabled.
+// the last word on disabled. An automatic transition (anything but an
+// operator's disable or enable) never ends an operator's disable, local
+// or applied from the fleet, unless rs.OpAt shows the shared record knows
+// a newer operator action (an enable this instance missed): the fleet's
+// store holds the same rule, and a remote failure that raced with a local
+// disable must not cool the record the operator just disabled.
 func (t *Tracker) ApplyRemote(key string, rs RemoteState) bool {
 	r := t.Lookup(key)
 	if r == nil {
@@ -198,6 +208,11 @@ func (t *Tracker) ApplyRemote(key string, rs RemoteState) bool {
 		return true
 	}
 	cur := State(r.state.Load())
+	opAction := rs.Stage == StageOperator && (rs.State == Disabled || rs.State == ProbeAllowed)
+	if cur == Disabled && r.stage == StageOperator && !opAction && !rs.OpAt.After(r.opAt) {
+		r.mu.Unlock()
+		return true
+	}
 	left := rs.Until.Sub(wnow)
 	to := rs.State
 	if to == Cooling && left <= 0 {
@@ -225,6 +240,9 @@ func (t *Tracker) ApplyRemote(key string, rs RemoteState) bool {
 			r.deadline, r.until = time.Time{}, time.Time{}
 			t.setState(r, now, Disabled, rs.Reason, rs.Stage, detail, nil, &e)
 		}
+	}
+	if to == Disabled && rs.Stage == StageOperator && (!same || rs.At.After(r.opAt)) {
+		r.opAt = wall(rs.At)
 	}
 	if len(rs.History) > 0 {
 		r.hist.replace(rs.History)

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/rotor-proxy/rotor/health/healthtest"
 )
 
 // fakeFleet is a FleetHook and ProbeGate for fleet-mode tests.
@@ -161,8 +163,9 @@ func TestFleetApplyRemoteStates(t *testing.T) {
 		if s := tr.Snapshot(r); s.State != Disabled || s.Reason != Operator {
 			t.Fatalf("remote disable: %+v", s)
 		}
-		// A cooling whose Until already passed here reads probe_allowed.
-		tr.ApplyRemote("k", RemoteState{Key: "k", State: Cooling, Reason: Refused, Until: time.Now().Add(-time.Second)})
+		// A cooling whose Until already passed here reads probe_allowed
+		// (its record knows an operator action newer than the disable).
+		tr.ApplyRemote("k", RemoteState{Key: "k", State: Cooling, Reason: Refused, Until: time.Now().Add(-time.Second), OpAt: time.Now()})
 		if s := tr.Snapshot(r); s.State != ProbeAllowed {
 			t.Fatalf("expired remote cooling: %v, want probe_allowed", s.State)
 		}
@@ -284,5 +287,46 @@ func TestFleetConfigDisabledHasTheLastWord(t *testing.T) {
 	tr.Add("k", "up", nil, false)
 	if got := tr.Snapshot(r).State; got != ProbeAllowed {
 		t.Fatalf("after the config enabled it: %v, want probe_allowed", got)
+	}
+}
+
+// TestFleetAutomaticRemoteKeepsOperatorDisable: a remote automatic
+// transition (a failure another instance reported, raced with this
+// instance's disable) never ends an operator's disable, local or remote;
+// one from a shared record that knows a newer operator action (an enable
+// this instance missed) does. Bug: a remote cooling replaced a local
+// admin disable, and the record then went probe_allowed.
+func TestFleetAutomaticRemoteKeepsOperatorDisable(t *testing.T) {
+	clk := healthtest.NewClock(time.Unix(1_700_000_000, 0))
+	tr := NewTracker(Config{StartEligible: true, Cooldown: CooldownConfig{Jitter: -1}}, clk, zerolog.Nop())
+	ff := &fakeFleet{}
+	tr.SetFleet(ff, ff, time.Second)
+	r := tr.Add("k", "up", &pipeUpstream{}, false)
+	tr.Disable(r, "maintenance")
+	disabledAt := clk.Now()
+	clk.Advance(time.Second)
+	for _, rs := range []RemoteState{
+		{State: Cooling, Reason: Timeout, Stage: StageDial, Until: clk.Now().Add(time.Minute), At: disabledAt.Add(-time.Millisecond)},
+		{State: Cooling, Reason: Timeout, Stage: StageDial, Until: clk.Now().Add(time.Minute), At: clk.Now(), OpAt: disabledAt.Add(-time.Hour)},
+		{State: Eligible, Stage: StageProbe, At: clk.Now(), OpAt: disabledAt},
+	} {
+		rs.Key = "k"
+		tr.ApplyRemote("k", rs)
+		if s := tr.Snapshot(r); s.State != Disabled || s.Reason != Operator {
+			t.Fatalf("after remote %v (op at %v): %v %v, want the operator's disable", rs.State, rs.OpAt, s.State, s.Reason)
+		}
+	}
+	// A remote operator disable holds the same way.
+	tr.ApplyRemote("k", RemoteState{Key: "k", State: Disabled, Reason: Operator, Stage: StageOperator, At: clk.Now()})
+	remoteAt := clk.Now()
+	tr.ApplyRemote("k", RemoteState{Key: "k", State: Cooling, Reason: Refused, Stage: StageDial, Until: clk.Now().Add(time.Minute), At: clk.Now(), OpAt: remoteAt})
+	if s := tr.Snapshot(r); s.State != Disabled {
+		t.Fatalf("remote cooling ended a remote operator disable: %v", s.State)
+	}
+	// An eligible whose record knows a newer operator action (an enable)
+	// ends it.
+	tr.ApplyRemote("k", RemoteState{Key: "k", State: Eligible, Stage: StageProbe, At: clk.Now(), OpAt: remoteAt.Add(time.Millisecond)})
+	if s := tr.Snapshot(r); s.State != Eligible {
+		t.Fatalf("eligible after a newer enable: %v, want eligible", s.State)
 	}
 }

@@ -49,6 +49,11 @@ type Record struct {
 	reason Class  // class of the last failure (or operator)
 	stage  Stage  // stage of the last failure
 	detail string // detail of the last failure
+	// opAt is the wall-clock time of the operator's disable that holds r
+	// disabled, local or applied from the fleet (zero otherwise): a remote
+	// automatic transition ends it only when the shared record knows a
+	// newer operator action (ApplyRemote).
+	opAt time.Time
 	// deadline is the end of cooling on the tracker clock (monotonic in
 	// production). It is only ever compared, never formatted.
 	deadline time.Time
@@ -416,6 +421,7 @@ func (t *Tracker) disable(r *Record, detail string, byConfig bool) {
 		r.reason, r.stage, r.detail = Operator, StageOperator, detail
 		r.deadline, r.until = time.Time{}, time.Time{}
 		r.configDisabled = byConfig
+		r.opAt = wall(now)
 		t.setState(r, now, Disabled, Operator, StageOperator, detail, nil, &e)
 	}
 	r.mu.Unlock()
