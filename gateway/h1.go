@@ -498,7 +498,7 @@ func (hc *h1Conn) serveRequest(req *http.Request) bool {
 		return false
 	}
 	w.finish()
-	if w.err != nil {
+	if w.err != nil || w.reset {
 		return false
 	}
 	if !body.eof.Load() || hc.badFraming {
@@ -638,6 +638,7 @@ type h1Writer struct {
 	noBody      bool
 	closeAfter  bool
 	aborted     bool // the body was cut off: the connection closes without ending it
+	reset       bool // aborted close-delimited: the close resets the connection (no FIN first)
 	err         error
 }
 
@@ -837,7 +838,9 @@ func (w *h1Writer) finish() {
 // rather than with a Content-Length of what arrived: the client sees the
 // truncation (curl exit 18, io.ErrUnexpectedEOF) instead of a whole
 // answer. To an HTTP/1.0 client a body without a length is
-// close-delimited and the cut cannot be told from its end.
+// close-delimited, and a close would look like its end: that connection
+// is reset instead (SO_LINGER 0, as tinyproxy's cut ends), so the client
+// sees an error (curl exit 56) rather than a whole answer.
 func (w *h1Writer) abort() {
 	if w.hc.hijacked || w.err != nil || w.aborted {
 		return
@@ -849,6 +852,12 @@ func (w *h1Writer) abort() {
 	w.closeAfter = true
 	w.commit(false)
 	w.err = w.hc.bw.Flush()
+	if !w.chunked && w.cl < 0 && !w.noBody {
+		w.reset = true
+		if tc := tcpOf(w.hc.c); tc != nil {
+			_ = tc.SetLinger(0)
+		}
+	}
 }
 
 // Hijack hands the connection to the handler (CONNECT). Its limit slot
