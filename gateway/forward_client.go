@@ -245,7 +245,7 @@ func (fc *fwdClient) writeRequest(w *bufio.Writer, x *fwdExchange) {
 		w.WriteString("http://")
 		w.WriteString(r.Host)
 	}
-	w.WriteString(r.URL.RequestURI())
+	w.WriteString(originTarget(r))
 	w.WriteString(" HTTP/1.1\r\nHost: ")
 	w.WriteString(r.Host)
 	w.WriteString("\r\n")
@@ -280,6 +280,53 @@ func (fc *fwdClient) writeRequest(w *bufio.Writer, x *fwdExchange) {
 	}
 	w.WriteString("\r\n")
 	w.Write(x.body)
+}
+
+// originTarget is r's request target in origin form with its path and
+// query bytes as the client sent them: the absolute form's scheme and
+// authority and a fragment cut off, nothing re-escaped. net/http's
+// URL.RequestURI escapes what Go's URL encoder would ("|", "{", "}", "^",
+// "`", "\\" in a path): a proxy forwards the target it got (squid and
+// tinyproxy do), and a signed URL or a scraper's fingerprint breaks when
+// its bytes change. A target that is not in absolute form (no caller
+// sends one) gives URL.RequestURI.
+func originTarget(r *http.Request) string {
+	t := r.RequestURI
+	if i := strings.IndexByte(t, '#'); i >= 0 {
+		t = t[:i]
+	}
+	i := strings.Index(t, "://")
+	if i < 0 || !r.URL.IsAbs() {
+		return r.URL.RequestURI()
+	}
+	t = t[i+3:]
+	switch j := strings.IndexAny(t, "/?"); {
+	case j < 0:
+		return "/"
+	case t[j] == '?':
+		return "/" + t[j:] // RFC 9112 section 3.2.1: an empty path is sent as "/"
+	default:
+		return t[j:]
+	}
+}
+
+// setRawTarget makes the Transport send out's target as the client sent
+// it (originTarget): its URL's Opaque, which URL.RequestURI writes as it
+// is (its RawQuery is raw already), holds the path, or "//host" and the
+// path for an http:// upstream (proxy), so that the request line gets the
+// absolute form. A path that begins with "//" cannot go in Opaque in
+// origin form (it would read as an authority), nor a host net/http would
+// rewrite (punycode, a zone) in absolute form: those keep the Transport's
+// escaping.
+func setRawTarget(out *http.Request, target string, proxy bool) {
+	path, _, _ := strings.Cut(target, "?")
+	out.URL.Opaque = ""
+	switch {
+	case proxy && validHost(out.URL.Host):
+		out.URL.Opaque = "//" + out.URL.Host + path
+	case !proxy && !strings.HasPrefix(path, "//"):
+		out.URL.Opaque = path
+	}
 }
 
 // fwdSkipHeader reports whether request header k is not forwarded: rotor

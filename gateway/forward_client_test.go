@@ -451,3 +451,55 @@ func TestForwardLeanFirstByteIsSlowBody(t *testing.T) {
 		t.Errorf("counts = %+v, want slow_body at first_byte", snap.Counts)
 	}
 }
+
+// TestForwardRequestTargetBytes: the target gets the path and query bytes
+// of the client's request line unchanged, on the lean path (GET) and the
+// Transport's (POST), through a tunnel and to an http:// upstream: "|",
+// "{", "}", "^", "`" and "\" are not re-escaped (a signed URL breaks when
+// they are), and escapes stay as they came.
+func TestForwardRequestTargetBytes(t *testing.T) {
+	ok := "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\n"
+	for _, tc := range []struct{ name, sent, want string }{
+		{"reserved bytes", "/a|b{c}^`\\d/%7C%7c?q=a|b{}^`&r=%zz", "/a|b{c}^`\\d/%7C%7c?q=a|b{}^`&r=%zz"},
+		{"fragment", "/a|b?q#frag|x", "/a|b?q"},
+		{"query only", "?q=|", "/?q=|"},
+		{"empty query", "/x|y?", "/x|y?"},
+	} {
+		for _, method := range forwardMethods {
+			send := func(t *testing.T, front, host string) {
+				t.Helper()
+				c, err := net.Dial("tcp", front)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer c.Close()
+				cl := ""
+				if method == http.MethodPost {
+					cl = "Content-Length: 0\r\n"
+				}
+				fmt.Fprintf(c, "%s http://%s%s HTTP/1.1\r\nHost: %s\r\n%s\r\n", method, host, tc.sent, host, cl)
+				resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+				if err != nil || resp.StatusCode != 200 {
+					t.Fatalf("answer: %v %v", statusOf(resp), err)
+				}
+			}
+			line := func(head string) string { l, _, _ := strings.Cut(head, "\r\n"); return l }
+			t.Run(tc.name+"/"+method+"/tunnel", func(t *testing.T) {
+				rt := newRawTarget(t, serveAnswers(false, ok))
+				srv := directGateway(t)
+				send(t, srv.Addr("http"), rt.Addr())
+				if got, want := line(<-rt.heads), method+" "+tc.want+" HTTP/1.1"; got != want {
+					t.Errorf("request line %q, want %q", got, want)
+				}
+			})
+			t.Run(tc.name+"/"+method+"/http upstream", func(t *testing.T) {
+				proxy := newRawTarget(t, serveAnswers(false, ok))
+				srv, _ := startGateway(t, fmt.Sprintf("[pool]\nstart_eligible = true\n[[upstream]]\nurl = \"http://%s\"\nname = \"up\"\n", proxy.Addr()))
+				send(t, srv.Addr("http"), "example.test:8080")
+				if got, want := line(<-proxy.heads), method+" http://example.test:8080"+tc.want+" HTTP/1.1"; got != want {
+					t.Errorf("request line %q, want %q", got, want)
+				}
+			})
+		}
+	}
+}
