@@ -205,7 +205,7 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 	var out *http.Request
 	var target string // out's request target as the client sent it
 	if leanForwardable(r, big != nil) {
-		x = &fwdExchange{r: r, addr: addr, body: buffered, firstByte: cfg.SlowBody.FirstByte, dialTO: pcfg.ConnectTimeout}
+		x = &fwdExchange{r: r, head: rawHead(w), addr: addr, body: buffered, firstByte: cfg.SlowBody.FirstByte, dialTO: pcfg.ConnectTimeout}
 	} else {
 		out = r.Clone(ctx) // deep-copies the header too
 		out.RequestURI = ""

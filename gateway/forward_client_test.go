@@ -503,3 +503,70 @@ func TestForwardRequestTargetBytes(t *testing.T) {
 		}
 	}
 }
+
+// TestForwardLeanHeaderOrderAndCase: a forwarded request's fields reach
+// the target in the client's order and with its spelling of their names
+// (a browser's order is part of its fingerprint), less the hop-by-hop
+// ones, Host set from the target's authority where the client had it, an
+// obs-fold joined with a space; Proxy-Authorization for an http://
+// upstream is rotor's own, last.
+func TestForwardLeanHeaderOrderAndCase(t *testing.T) {
+	ok := "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\n"
+	send := func(t *testing.T, front, target, head string) {
+		t.Helper()
+		c, err := net.Dial("tcp", front)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		fmt.Fprintf(c, "GET http://%s/p HTTP/1.1\r\n%s\r\n", target, head)
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("answer: %v %v", statusOf(resp), err)
+		}
+	}
+	const sent = "host: other.example\r\nConnection: keep-alive, x-Drop\r\nuser-agent: Mozilla/5.0 (X11)\r\n" +
+		"DNT: 1\r\naccept:  text/html \r\nx-lower: a\r\nProxy-Authorization: Basic Y2xpZW50OnB3\r\nX-Drop: 1\r\n" +
+		"Accept-Language: en\r\nX-Fold: a\r\n  b\r\nX-Multi: 1\r\nUpgrade: h2c\r\nx-multi: 2\r\nSec-Fetch-Mode: navigate\r\n"
+	want := func(host string) string {
+		return "host: " + host + "\r\nuser-agent: Mozilla/5.0 (X11)\r\nDNT: 1\r\naccept: text/html\r\nx-lower: a\r\n" +
+			"Accept-Language: en\r\nX-Fold: a b\r\nX-Multi: 1\r\nx-multi: 2\r\nSec-Fetch-Mode: navigate\r\n"
+	}
+	fields := func(head string) string {
+		_, rest, _ := strings.Cut(head, "\r\n")
+		return strings.TrimSuffix(rest, "\r\n")
+	}
+	t.Run("tunnel", func(t *testing.T) {
+		rt := newRawTarget(t, serveAnswers(false, ok))
+		srv := directGateway(t)
+		send(t, srv.Addr("http"), rt.Addr(), sent)
+		if got, want := fields(<-rt.heads), want(rt.Addr()); got != want {
+			t.Errorf("fields\n%s\nwant\n%s", got, want)
+		}
+	})
+	t.Run("http upstream", func(t *testing.T) {
+		proxy := newRawTarget(t, serveAnswers(false, ok))
+		srv, _ := startGateway(t, fmt.Sprintf("[pool]\nstart_eligible = true\n[[upstream]]\nurl = \"http://rotor:up-pw@%s\"\nname = \"up\"\n", proxy.Addr()))
+		send(t, srv.Addr("http"), "example.test:8080", sent)
+		wantFields := want("example.test:8080") + "Proxy-Authorization: Basic " + basic("rotor", "up-pw") + "\r\n"
+		if got := fields(<-proxy.heads); got != wantFields {
+			t.Errorf("fields\n%s\nwant\n%s", got, wantFields)
+		}
+	})
+	t.Run("HTTP/1.0 without Host", func(t *testing.T) {
+		rt := newRawTarget(t, serveAnswers(false, ok))
+		srv := directGateway(t)
+		c, err := net.Dial("tcp", srv.Addr("http"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		fmt.Fprintf(c, "GET http://%s/p HTTP/1.0\r\nx-b: 1\r\nX-A: 2\r\n\r\n", rt.Addr())
+		if _, err := http.ReadResponse(bufio.NewReader(c), nil); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := fields(<-rt.heads), "Host: "+rt.Addr()+"\r\nx-b: 1\r\nX-A: 2\r\n"; got != want {
+			t.Errorf("fields\n%s\nwant\n%s", got, want)
+		}
+	})
+}

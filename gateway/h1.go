@@ -384,7 +384,7 @@ func (hc *h1Conn) serve() {
 		// Bytes read from here on (the Peek too) count against the head's
 		// size limit, and are scanned with those already buffered.
 		hc.lr.remain = h1MaxHeader
-		hc.scan = headScan{}
+		hc.scan.reset()
 		if n := hc.br.Buffered(); n > 0 {
 			b, _ := hc.br.Peek(n)
 			hc.scan.feed(b)
@@ -649,6 +649,9 @@ var (
 )
 
 func (w *h1Writer) Header() http.Header { return w.h }
+
+// head is the request's head as it came (headScan.head), for forwarding.
+func (w *h1Writer) head() []byte { return w.hc.scan.head() }
 
 // WriteHeader records the status; the head is written with the first
 // body bytes past h1SmallBody, at Flush, or at the end of the handler,
