@@ -203,8 +203,9 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 	// others go through net/http's Transport with a cleaned copy.
 	var x *fwdExchange
 	var out *http.Request
+	var target string // out's request target as the client sent it
 	if leanForwardable(r, big != nil) {
-		x = &fwdExchange{r: r, addr: addr, body: buffered, firstByte: cfg.SlowBody.FirstByte, dialTO: pcfg.ConnectTimeout}
+		x = &fwdExchange{r: r, head: rawHead(w), addr: addr, body: buffered, firstByte: cfg.SlowBody.FirstByte, dialTO: pcfg.ConnectTimeout}
 	} else {
 		out = r.Clone(ctx) // deep-copies the header too
 		out.RequestURI = ""
@@ -221,6 +222,7 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 		// them in a Trailer header, then send none (they land in
 		// r.Trailer, not in the clone's copy).
 		out.Trailer = nil
+		target = originTarget(r)
 	}
 	setBody := func() {
 		switch {
@@ -270,6 +272,7 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 			resp, err = s.fwdClient(e).roundTrip(ctx, x)
 		} else {
 			setBody()
+			setRawTarget(out, target, e.Scheme() == "http")
 			resp, err = s.transport(e, cfg).RoundTrip(out)
 		}
 		if err == nil && resp.StatusCode < http.StatusOK {

@@ -110,6 +110,50 @@ func TestForwardTruncatedBodyStaysTruncated(t *testing.T) {
 	}
 }
 
+// TestForwardTruncatedBodyResetsHTTP10: to an HTTP/1.0 client an answer
+// without a length is close-delimited, so a cut upstream body ends with a
+// reset, not a close the client would take for the body's end (curl exit
+// 0 with a partial body).
+func TestForwardTruncatedBodyResetsHTTP10(t *testing.T) {
+	big := strings.Repeat("0123456789", 500) // past h1SmallBody
+	for _, tc := range []struct {
+		name   string
+		answer string
+	}{
+		{"small body", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n8\r\n12345678\r\n10\r\nabc"},
+		{"large body", fmt.Sprintf("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n10\r\nabc", len(big), big)},
+	} {
+		for _, method := range forwardMethods {
+			t.Run(tc.name+"/"+method, func(t *testing.T) {
+				rt := newRawTarget(t, func(c net.Conn, br *bufio.Reader, rt *rawTarget) {
+					if _, err := rt.readHead(br); err == nil {
+						_, _ = io.WriteString(c, tc.answer)
+					}
+				})
+				srv := stallGateway(t)
+				c, br := h1Dial(t, srv)
+				cl := ""
+				if method == http.MethodPost {
+					cl = "Content-Length: 0\r\n"
+				}
+				fmt.Fprintf(c, "%s http://%s/ HTTP/1.0\r\n%s\r\n", method, rt.Addr(), cl)
+				resp, err := http.ReadResponse(br, &http.Request{Method: method})
+				if err != nil {
+					// The reset may destroy the head in flight too: an error all the same.
+					return
+				}
+				if resp.StatusCode != 200 || resp.ContentLength >= 0 {
+					t.Fatalf("status %d Content-Length %d, want the target's 200 close-delimited", resp.StatusCode, resp.ContentLength)
+				}
+				b, err := io.ReadAll(resp.Body)
+				if err == nil {
+					t.Errorf("the close-delimited body ended cleanly after %d bytes: a truncated answer looks whole", len(b))
+				}
+			})
+		}
+	}
+}
+
 // TestForwardWholeBodiesEndCleanly: whole bodies still end cleanly on both
 // paths, small ones with a Content-Length.
 func TestForwardWholeBodiesEndCleanly(t *testing.T) {

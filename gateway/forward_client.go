@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/base64"
 	"errors"
@@ -111,6 +112,7 @@ func validHost(h string) bool {
 // fwdExchange is one request for fwdClient.roundTrip.
 type fwdExchange struct {
 	r         *http.Request // the client's request: method, URL, Host, header
+	head      []byte        // r's head as it came (headScan.head); nil: not at hand
 	addr      string        // target host:port
 	body      []byte        // buffered request body; nil for none
 	firstByte time.Duration // slow_body.first_byte; <= 0 none
@@ -235,8 +237,11 @@ var aLongTimeAgo = time.Unix(1, 0)
 // writeRequest writes x's head and body to w, in origin form through a
 // tunnel and in absolute form to an http:// upstream (RFC 9112 section
 // 3.2), with the hop-by-hop headers and the client's proxy credentials
-// left out (RFC 9110 section 7.6.1). Headers go in sorted order, as
-// net/http writes them, so a client sees the same order on both paths.
+// left out (RFC 9110 section 7.6.1). The fields go in the client's order
+// and with its spelling of their names (writeFields), as squid and
+// tinyproxy forward them: to a target, header order and case are part of
+// a client's fingerprint. Without the head's bytes (x.head) they go
+// sorted, as net/http writes them.
 func (fc *fwdClient) writeRequest(w *bufio.Writer, x *fwdExchange) {
 	r := x.r
 	w.WriteString(r.Method)
@@ -245,10 +250,156 @@ func (fc *fwdClient) writeRequest(w *bufio.Writer, x *fwdExchange) {
 		w.WriteString("http://")
 		w.WriteString(r.Host)
 	}
-	w.WriteString(r.URL.RequestURI())
-	w.WriteString(" HTTP/1.1\r\nHost: ")
-	w.WriteString(r.Host)
+	w.WriteString(originTarget(r))
+	w.WriteString(" HTTP/1.1\r\n")
+	if !fc.writeFields(w, x) {
+		fc.writeSorted(w, x)
+	}
+	if fc.proxyAuth != "" {
+		w.WriteString("Proxy-Authorization: ")
+		w.WriteString(fc.proxyAuth)
+		w.WriteString("\r\n")
+	}
 	w.WriteString("\r\n")
+	w.Write(x.body)
+}
+
+// writeFields writes the field lines of the client's head (x.head) in
+// its order and spelling, values trimmed as net/http reads them and an
+// obs-fold joined with a space (RFC 9112 section 5.2), leaving out the
+// hop-by-hop fields and those the client's Connection names. Host gets
+// the target's authority where the client's Host was (first when it sent
+// none, as HTTP/1.0 may), Content-Length the buffered body's length, the
+// first non-empty User-Agent goes on and none other. It reports false,
+// having written nothing, when x has no head.
+func (fc *fwdClient) writeFields(w *bufio.Writer, x *fwdExchange) bool {
+	head := x.head
+	if len(head) == 0 {
+		return false
+	}
+	r := x.r
+	conn := r.Header["Connection"]
+	if !hasFieldLine(head, "host") {
+		writeHeaderLine(w, "Host", r.Host)
+	}
+	var host, ua, cl, open bool       // written; open: a field line without its CRLF yet
+	skip := true                      // the current field is left out
+	_, head, _ = bytesCut(head, '\n') // the request line
+	for len(head) > 0 {
+		var line []byte
+		line, head, _ = bytesCut(head, '\n')
+		line = trimCR(line)
+		if len(line) > 0 && (line[0] == ' ' || line[0] == '\t') {
+			if v := bytes.Trim(line, " \t"); !skip && len(v) > 0 {
+				w.WriteByte(' ')
+				w.Write(v)
+			}
+			continue
+		}
+		if open {
+			w.WriteString("\r\n")
+			open = false
+		}
+		name, value, ok := bytes.Cut(line, []byte(":"))
+		if !ok {
+			break // the blank line
+		}
+		value = bytes.Trim(value, " \t")
+		skip = true
+		switch {
+		case strings.EqualFold(string(name), "Host"):
+			if !host {
+				host = true
+				w.Write(name)
+				w.WriteString(": ")
+				w.WriteString(r.Host)
+				w.WriteString("\r\n")
+			}
+			continue
+		case strings.EqualFold(string(name), "Content-Length"):
+			if !cl && len(x.body) > 0 {
+				cl = true
+				w.Write(name)
+				w.WriteString(": ")
+				w.WriteString(strconv.Itoa(len(x.body)))
+				w.WriteString("\r\n")
+			}
+			continue
+		case strings.EqualFold(string(name), "User-Agent"):
+			if ua || len(value) == 0 {
+				continue
+			}
+			ua = true
+		case hopField(string(name), conn):
+			continue
+		}
+		skip = false
+		w.Write(name)
+		w.WriteString(": ")
+		w.Write(value)
+		open = true
+	}
+	if open {
+		w.WriteString("\r\n")
+	}
+	if !cl && len(x.body) > 0 {
+		w.WriteString("Content-Length: ")
+		w.WriteString(strconv.Itoa(len(x.body)))
+		w.WriteString("\r\n")
+	}
+	return true
+}
+
+// hasFieldLine reports whether head has a field named name (lower case).
+func hasFieldLine(head []byte, name string) bool {
+	_, head, _ = bytesCut(head, '\n')
+	for len(head) > 0 {
+		var line []byte
+		line, head, _ = bytesCut(head, '\n')
+		if n := len(name); len(line) > n && line[n] == ':' && strings.EqualFold(string(line[:n]), name) {
+			return true
+		}
+	}
+	return false
+}
+
+func bytesCut(b []byte, sep byte) (before, after []byte, found bool) {
+	if i := bytes.IndexByte(b, sep); i >= 0 {
+		return b[:i], b[i+1:], true
+	}
+	return b, nil, false
+}
+
+func trimCR(b []byte) []byte {
+	if n := len(b); n > 0 && b[n-1] == '\r' {
+		return b[:n-1]
+	}
+	return b
+}
+
+// hopField reports whether the field named name (any case) is hop-by-hop
+// or named by the client's Connection fields conn.
+func hopField(name string, conn []string) bool {
+	for _, h := range hopHeaders {
+		if strings.EqualFold(name, h) {
+			return true
+		}
+	}
+	for _, f := range conn {
+		for n := range strings.SplitSeq(f, ",") {
+			if strings.EqualFold(strings.TrimSpace(n), name) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// writeSorted writes r's fields from its header map, sorted (Host and
+// User-Agent first), for a request whose head's bytes are not at hand.
+func (fc *fwdClient) writeSorted(w *bufio.Writer, x *fwdExchange) {
+	r := x.r
+	writeHeaderLine(w, "Host", r.Host)
 	// The client's User-Agent goes on as sent, and none when it sent none
 	// (net/http would add Go-http-client/1.1, a fingerprint of rotor).
 	if ua := r.Header["User-Agent"]; len(ua) > 0 && ua[0] != "" {
@@ -273,13 +424,53 @@ func (fc *fwdClient) writeRequest(w *bufio.Writer, x *fwdExchange) {
 		w.WriteString(strconv.Itoa(len(x.body)))
 		w.WriteString("\r\n")
 	}
-	if fc.proxyAuth != "" {
-		w.WriteString("Proxy-Authorization: ")
-		w.WriteString(fc.proxyAuth)
-		w.WriteString("\r\n")
+}
+
+// originTarget is r's request target in origin form with its path and
+// query bytes as the client sent them: the absolute form's scheme and
+// authority and a fragment cut off, nothing re-escaped. net/http's
+// URL.RequestURI escapes what Go's URL encoder would ("|", "{", "}", "^",
+// "`", "\\" in a path): a proxy forwards the target it got (squid and
+// tinyproxy do), and a signed URL or a scraper's fingerprint breaks when
+// its bytes change. A target that is not in absolute form (no caller
+// sends one) gives URL.RequestURI.
+func originTarget(r *http.Request) string {
+	t := r.RequestURI
+	if i := strings.IndexByte(t, '#'); i >= 0 {
+		t = t[:i]
 	}
-	w.WriteString("\r\n")
-	w.Write(x.body)
+	i := strings.Index(t, "://")
+	if i < 0 || !r.URL.IsAbs() {
+		return r.URL.RequestURI()
+	}
+	t = t[i+3:]
+	switch j := strings.IndexAny(t, "/?"); {
+	case j < 0:
+		return "/"
+	case t[j] == '?':
+		return "/" + t[j:] // RFC 9112 section 3.2.1: an empty path is sent as "/"
+	default:
+		return t[j:]
+	}
+}
+
+// setRawTarget makes the Transport send out's target as the client sent
+// it (originTarget): its URL's Opaque, which URL.RequestURI writes as it
+// is (its RawQuery is raw already), holds the path, or "//host" and the
+// path for an http:// upstream (proxy), so that the request line gets the
+// absolute form. A path that begins with "//" cannot go in Opaque in
+// origin form (it would read as an authority), nor a host net/http would
+// rewrite (punycode, a zone) in absolute form: those keep the Transport's
+// escaping.
+func setRawTarget(out *http.Request, target string, proxy bool) {
+	path, _, _ := strings.Cut(target, "?")
+	out.URL.Opaque = ""
+	switch {
+	case proxy && validHost(out.URL.Host):
+		out.URL.Opaque = "//" + out.URL.Host + path
+	case !proxy && !strings.HasPrefix(path, "//"):
+		out.URL.Opaque = path
+	}
 }
 
 // fwdSkipHeader reports whether request header k is not forwarded: rotor
@@ -315,6 +506,15 @@ func writeHeaderLine(w *bufio.Writer, k, v string) {
 	w.WriteString(": ")
 	w.WriteString(strings.TrimSpace(v))
 	w.WriteString("\r\n")
+}
+
+// rawHead is the head of the request w answers as it came, nil when w
+// does not keep it (see h1Writer.head).
+func rawHead(w http.ResponseWriter) []byte {
+	if h, ok := w.(interface{ head() []byte }); ok {
+		return h.head()
+	}
+	return nil
 }
 
 // get takes the newest idle connection for key; reused is true when one

@@ -451,3 +451,122 @@ func TestForwardLeanFirstByteIsSlowBody(t *testing.T) {
 		t.Errorf("counts = %+v, want slow_body at first_byte", snap.Counts)
 	}
 }
+
+// TestForwardRequestTargetBytes: the target gets the path and query bytes
+// of the client's request line unchanged, on the lean path (GET) and the
+// Transport's (POST), through a tunnel and to an http:// upstream: "|",
+// "{", "}", "^", "`" and "\" are not re-escaped (a signed URL breaks when
+// they are), and escapes stay as they came.
+func TestForwardRequestTargetBytes(t *testing.T) {
+	ok := "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\n"
+	for _, tc := range []struct{ name, sent, want string }{
+		{"reserved bytes", "/a|b{c}^`\\d/%7C%7c?q=a|b{}^`&r=%zz", "/a|b{c}^`\\d/%7C%7c?q=a|b{}^`&r=%zz"},
+		{"fragment", "/a|b?q#frag|x", "/a|b?q"},
+		{"query only", "?q=|", "/?q=|"},
+		{"empty query", "/x|y?", "/x|y?"},
+	} {
+		for _, method := range forwardMethods {
+			send := func(t *testing.T, front, host string) {
+				t.Helper()
+				c, err := net.Dial("tcp", front)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer c.Close()
+				cl := ""
+				if method == http.MethodPost {
+					cl = "Content-Length: 0\r\n"
+				}
+				fmt.Fprintf(c, "%s http://%s%s HTTP/1.1\r\nHost: %s\r\n%s\r\n", method, host, tc.sent, host, cl)
+				resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+				if err != nil || resp.StatusCode != 200 {
+					t.Fatalf("answer: %v %v", statusOf(resp), err)
+				}
+			}
+			line := func(head string) string { l, _, _ := strings.Cut(head, "\r\n"); return l }
+			t.Run(tc.name+"/"+method+"/tunnel", func(t *testing.T) {
+				rt := newRawTarget(t, serveAnswers(false, ok))
+				srv := directGateway(t)
+				send(t, srv.Addr("http"), rt.Addr())
+				if got, want := line(<-rt.heads), method+" "+tc.want+" HTTP/1.1"; got != want {
+					t.Errorf("request line %q, want %q", got, want)
+				}
+			})
+			t.Run(tc.name+"/"+method+"/http upstream", func(t *testing.T) {
+				proxy := newRawTarget(t, serveAnswers(false, ok))
+				srv, _ := startGateway(t, fmt.Sprintf("[pool]\nstart_eligible = true\n[[upstream]]\nurl = \"http://%s\"\nname = \"up\"\n", proxy.Addr()))
+				send(t, srv.Addr("http"), "example.test:8080")
+				if got, want := line(<-proxy.heads), method+" http://example.test:8080"+tc.want+" HTTP/1.1"; got != want {
+					t.Errorf("request line %q, want %q", got, want)
+				}
+			})
+		}
+	}
+}
+
+// TestForwardLeanHeaderOrderAndCase: a forwarded request's fields reach
+// the target in the client's order and with its spelling of their names
+// (a browser's order is part of its fingerprint), less the hop-by-hop
+// ones, Host set from the target's authority where the client had it, an
+// obs-fold joined with a space; Proxy-Authorization for an http://
+// upstream is rotor's own, last.
+func TestForwardLeanHeaderOrderAndCase(t *testing.T) {
+	ok := "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\n"
+	send := func(t *testing.T, front, target, head string) {
+		t.Helper()
+		c, err := net.Dial("tcp", front)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		fmt.Fprintf(c, "GET http://%s/p HTTP/1.1\r\n%s\r\n", target, head)
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("answer: %v %v", statusOf(resp), err)
+		}
+	}
+	const sent = "host: other.example\r\nConnection: keep-alive, x-Drop\r\nuser-agent: Mozilla/5.0 (X11)\r\n" +
+		"DNT: 1\r\naccept:  text/html \r\nx-lower: a\r\nProxy-Authorization: Basic Y2xpZW50OnB3\r\nX-Drop: 1\r\n" +
+		"Accept-Language: en\r\nX-Fold: a\r\n  b\r\nX-Multi: 1\r\nUpgrade: h2c\r\nx-multi: 2\r\nSec-Fetch-Mode: navigate\r\n"
+	want := func(host string) string {
+		return "host: " + host + "\r\nuser-agent: Mozilla/5.0 (X11)\r\nDNT: 1\r\naccept: text/html\r\nx-lower: a\r\n" +
+			"Accept-Language: en\r\nX-Fold: a b\r\nX-Multi: 1\r\nx-multi: 2\r\nSec-Fetch-Mode: navigate\r\n"
+	}
+	fields := func(head string) string {
+		_, rest, _ := strings.Cut(head, "\r\n")
+		return strings.TrimSuffix(rest, "\r\n")
+	}
+	t.Run("tunnel", func(t *testing.T) {
+		rt := newRawTarget(t, serveAnswers(false, ok))
+		srv := directGateway(t)
+		send(t, srv.Addr("http"), rt.Addr(), sent)
+		if got, want := fields(<-rt.heads), want(rt.Addr()); got != want {
+			t.Errorf("fields\n%s\nwant\n%s", got, want)
+		}
+	})
+	t.Run("http upstream", func(t *testing.T) {
+		proxy := newRawTarget(t, serveAnswers(false, ok))
+		srv, _ := startGateway(t, fmt.Sprintf("[pool]\nstart_eligible = true\n[[upstream]]\nurl = \"http://rotor:up-pw@%s\"\nname = \"up\"\n", proxy.Addr()))
+		send(t, srv.Addr("http"), "example.test:8080", sent)
+		wantFields := want("example.test:8080") + "Proxy-Authorization: Basic " + basic("rotor", "up-pw") + "\r\n"
+		if got := fields(<-proxy.heads); got != wantFields {
+			t.Errorf("fields\n%s\nwant\n%s", got, wantFields)
+		}
+	})
+	t.Run("HTTP/1.0 without Host", func(t *testing.T) {
+		rt := newRawTarget(t, serveAnswers(false, ok))
+		srv := directGateway(t)
+		c, err := net.Dial("tcp", srv.Addr("http"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		fmt.Fprintf(c, "GET http://%s/p HTTP/1.0\r\nx-b: 1\r\nX-A: 2\r\n\r\n", rt.Addr())
+		if _, err := http.ReadResponse(bufio.NewReader(c), nil); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := fields(<-rt.heads), "Host: "+rt.Addr()+"\r\nx-b: 1\r\nX-A: 2\r\n"; got != want {
+			t.Errorf("fields\n%s\nwant\n%s", got, want)
+		}
+	})
+}

@@ -384,7 +384,7 @@ func (hc *h1Conn) serve() {
 		// Bytes read from here on (the Peek too) count against the head's
 		// size limit, and are scanned with those already buffered.
 		hc.lr.remain = h1MaxHeader
-		hc.scan = headScan{}
+		hc.scan.reset()
 		if n := hc.br.Buffered(); n > 0 {
 			b, _ := hc.br.Peek(n)
 			hc.scan.feed(b)
@@ -498,7 +498,7 @@ func (hc *h1Conn) serveRequest(req *http.Request) bool {
 		return false
 	}
 	w.finish()
-	if w.err != nil {
+	if w.err != nil || w.reset {
 		return false
 	}
 	if !body.eof.Load() || hc.badFraming {
@@ -638,6 +638,7 @@ type h1Writer struct {
 	noBody      bool
 	closeAfter  bool
 	aborted     bool // the body was cut off: the connection closes without ending it
+	reset       bool // aborted close-delimited: the close resets the connection (no FIN first)
 	err         error
 }
 
@@ -648,6 +649,9 @@ var (
 )
 
 func (w *h1Writer) Header() http.Header { return w.h }
+
+// head is the request's head as it came (headScan.head), for forwarding.
+func (w *h1Writer) head() []byte { return w.hc.scan.head() }
 
 // WriteHeader records the status; the head is written with the first
 // body bytes past h1SmallBody, at Flush, or at the end of the handler,
@@ -837,7 +841,9 @@ func (w *h1Writer) finish() {
 // rather than with a Content-Length of what arrived: the client sees the
 // truncation (curl exit 18, io.ErrUnexpectedEOF) instead of a whole
 // answer. To an HTTP/1.0 client a body without a length is
-// close-delimited and the cut cannot be told from its end.
+// close-delimited, and a close would look like its end: that connection
+// is reset instead (SO_LINGER 0, as tinyproxy's cut ends), so the client
+// sees an error (curl exit 56) rather than a whole answer.
 func (w *h1Writer) abort() {
 	if w.hc.hijacked || w.err != nil || w.aborted {
 		return
@@ -849,6 +855,12 @@ func (w *h1Writer) abort() {
 	w.closeAfter = true
 	w.commit(false)
 	w.err = w.hc.bw.Flush()
+	if !w.chunked && w.cl < 0 && !w.noBody {
+		w.reset = true
+		if tc := tcpOf(w.hc.c); tc != nil {
+			_ = tc.SetLinger(0)
+		}
+	}
 }
 
 // Hijack hands the connection to the handler (CONNECT). Its limit slot

@@ -148,12 +148,37 @@ func checkRequest(req *http.Request, host bool) string {
 // on a line of the head: not in a value, nor after the blank line that
 // ends the head. Empty lines before the request line are skipped, as serve
 // skips them.
+//
+// It also keeps the head's bytes (raw, from the request line to the blank
+// line), so that a forwarded request's fields go on in the client's order
+// and spelling (fwdClient.writeRequest): http.ReadRequest's map keeps
+// neither. raw is the connection's, reused by each request (resetHeadScan).
 type headScan struct {
 	state        uint8    // scanLead, scanRequestLine, scanName, scanRest, scanDone
 	n            uint8    // bytes of name so far
 	name         [17]byte // the current line's first bytes, lower-cased: len("transfer-encoding")
 	host, cl, te bool
-	timedOut     bool // a read of the head reached its deadline
+	timedOut     bool   // a read of the head reached its deadline
+	raw          []byte // the head's bytes so far
+}
+
+// reset starts h on a new head, keeping raw's memory unless a
+// large head grew it.
+func (h *headScan) reset() {
+	raw := h.raw[:0]
+	if cap(raw) > 8<<10 {
+		raw = nil
+	}
+	*h = headScan{raw: raw}
+}
+
+// head is the whole head's bytes, nil while it is not complete. They are
+// valid until the next request's head is read.
+func (h *headScan) head() []byte {
+	if h.state != scanDone {
+		return nil
+	}
+	return h.raw
 }
 
 const (
@@ -168,11 +193,16 @@ const (
 func (h *headScan) started() bool { return h.state != scanLead }
 
 func (h *headScan) feed(p []byte) {
-	for _, c := range p {
+	from := 0 // where the head's bytes in p begin
+	if h.state == scanLead {
+		from = len(p)
+	}
+	for i, c := range p {
 		switch h.state {
 		case scanLead:
 			if c != '\r' && c != '\n' {
 				h.state = scanRequestLine
+				from = i
 			}
 		case scanRequestLine, scanRest:
 			if c == '\n' {
@@ -183,6 +213,7 @@ func (h *headScan) feed(p []byte) {
 			case c == '\n':
 				if h.n == 0 || (h.n == 1 && h.name[0] == '\r') {
 					h.state = scanDone // the blank line
+					h.raw = append(h.raw, p[from:i+1]...)
 					return
 				}
 				h.n = 0 // a line without a colon: http.ReadRequest refuses it
@@ -209,6 +240,7 @@ func (h *headScan) feed(p []byte) {
 			return
 		}
 	}
+	h.raw = append(h.raw, p[from:]...)
 }
 
 // headBuffered reports whether br holds a whole request head.
