@@ -67,6 +67,12 @@ type Cluster struct {
 
 	connected atomic.Bool
 	kick      chan struct{}
+	// dialErr is the last failed dial's error, nil after a dial that
+	// succeeded: the cause behind a command that timed out (down.go).
+	dialErr atomic.Pointer[error]
+	// downEvery is how often a warning about an outage Redis itself
+	// causes (a wrong password) is repeated while it lasts: a minute.
+	downEvery time.Duration
 
 	ctx    context.Context // cancelled by Close: ends every goroutine below
 	cancel context.CancelFunc
@@ -92,6 +98,7 @@ type Cluster struct {
 	ops      map[string]stamp // newest operator action known, per key (survives a Redis restart)
 	gen      string           // Redis generation seen last ("" before the first contact)
 	down     bool             // an outage was logged and has not ended
+	downLog  downLog          // what the outage's last warning said, and when (down.go)
 	freshAt  time.Time        // last (re)connection or new Redis generation
 	started  bool
 }
@@ -128,7 +135,6 @@ func New(cfg Config, tr Tracker, log zerolog.Logger) (*Cluster, error) {
 		cfg:         cfg,
 		log:         log.With().Str("instance", cfg.Instance).Logger(),
 		tr:          tr,
-		rdb:         redis.NewClient(opt),
 		tok:         cfg.Instance + "/" + hex.EncodeToString(rnd[:]),
 		recPrefix:   cfg.Prefix + ":rec:",
 		leasePrefix: cfg.Prefix + ":lease:",
@@ -140,12 +146,15 @@ func New(cfg Config, tr Tracker, log zerolog.Logger) (*Cluster, error) {
 		instTTL:     instanceTTL,
 		sessPending: map[string]sessBind{},
 		kick:        make(chan struct{}, 1),
+		downEvery:   time.Minute,
 		pending:     map[string][]health.RemoteState{},
 		writing:     map[string]bool{},
 		held:        map[string]record{},
 		seen:        map[string]int64{},
 		ops:         map[string]stamp{},
 	}
+	opt.Dialer = c.recordDial(redis.NewDialer(opt))
+	c.rdb = redis.NewClient(opt)
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	return c, nil
 }
@@ -521,18 +530,6 @@ func (c *Cluster) check() bool {
 		c.loadSessionsAsync()
 	}
 	return true
-}
-
-// setDown records an outage, logged once until Redis answers again.
-func (c *Cluster) setDown(err error) {
-	c.connected.Store(false)
-	c.mu.Lock()
-	first := !c.down
-	c.down = true
-	c.mu.Unlock()
-	if first && c.ctx.Err() == nil {
-		c.log.Warn().Err(err).Msg("redis unreachable: serving and probing on the local view")
-	}
 }
 
 // flush writes the queued transitions, then releases the queued leases

@@ -20,12 +20,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/rotor-proxy/rotor/health"
+	"net/url"
 	"os"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/rotor-proxy/rotor/health"
 	"github.com/rs/zerolog"
 )
 
@@ -114,8 +115,8 @@ func (c Config) Validate() error {
 	var errs []error
 	if !c.Enabled() {
 		errs = append(errs, keyErr("cluster.redis", "required when [cluster] sets anything (fleet mode needs Redis)"))
-	} else if _, err := redis.ParseURL(c.Redis); err != nil {
-		errs = append(errs, keyErr("cluster.redis", "not a redis:// URL (%s)", redactURLError(err)))
+	} else if err := checkRedisURL(c.Redis); err != nil {
+		errs = append(errs, err)
 	}
 	if c.RedisPasswordEnv != "" && os.Getenv(c.RedisPasswordEnv) == "" {
 		errs = append(errs, keyErr("cluster.redis_password_env", "environment variable %s is empty or unset", c.RedisPasswordEnv))
@@ -139,6 +140,44 @@ func (c Config) Validate() error {
 		errs = append(errs, keyErr("cluster.history", "must not be negative"))
 	}
 	return errors.Join(errs...)
+}
+
+// MaxDefaultDB is the highest database number a Redis with its default
+// "databases 16" accepts.
+const MaxDefaultDB = 15
+
+// checkRedisURL checks the redis key: a redis:// or rediss:// URL that
+// go-redis parses, with a database number that is not negative. (go-redis
+// also takes unix:// socket URLs, which the fleet does not document or
+// test.) Its error never carries the URL, so never a password in it.
+func checkRedisURL(s string) error {
+	opt, err := redis.ParseURL(s)
+	if err != nil {
+		return keyErr("cluster.redis", "not a redis:// URL (%s)", redactURLError(err))
+	}
+	// ParseURL parsed s with url.Parse already, so this cannot fail.
+	if u, err := url.Parse(s); err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") {
+		return keyErr("cluster.redis", "must be a redis:// or rediss:// URL")
+	}
+	if opt.DB < 0 {
+		return keyErr("cluster.redis", "database number %d must not be negative", opt.DB)
+	}
+	return nil
+}
+
+// Warnings lists what is valid but likely wrong: a database number Redis
+// rejects unless its "databases" setting was raised. -check prints them
+// and start logs them (through the gateway's Config.Warnings).
+func (c Config) Warnings() []string {
+	if !c.Enabled() {
+		return nil
+	}
+	opt, err := redis.ParseURL(c.Redis)
+	if err != nil || opt.DB <= MaxDefaultDB {
+		return nil
+	}
+	return []string{fmt.Sprintf("cluster.redis: database %d is above %d, which a Redis with the default "+
+		"\"databases 16\" rejects (ERR DB index is out of range): the fleet would never connect", opt.DB, MaxDefaultDB)}
 }
 
 // KeyError is one invalid [cluster] key ("cluster.lease_ttl"): health's.

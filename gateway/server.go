@@ -33,7 +33,11 @@ type Server struct {
 	// mode. Started by Start, closed by Shutdown after the prober stopped.
 	fleet *cluster.Cluster
 
-	cfg  atomic.Pointer[Config]
+	cfg atomic.Pointer[Config]
+	// boot is the config New built the server with: the running one for
+	// what only a restart changes (listeners, connection caps, [cluster],
+	// upstream_ca_file, state_file), which Reload compares against.
+	boot *Config
 	auth atomic.Pointer[authenticator]
 	// metricsCapped is whether the last apply left /metrics without the
 	// per-upstream series (metrics.per_upstream_limit); apply logs changes.
@@ -90,7 +94,7 @@ func New(cfg *Config, opt Options) (*Server, error) {
 	if clock == nil {
 		clock = health.RealClock()
 	}
-	s := &Server{log: opt.Log, clock: clock, listeners: map[string]net.Listener{}, runRecord: opt.RunRecord}
+	s := &Server{log: opt.Log, clock: clock, boot: cfg, listeners: map[string]net.Listener{}, runRecord: opt.RunRecord}
 	s.h1.bodyIdle = h1BodyIdle
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.tr = health.NewTracker(trackerConfig(cfg), clock, opt.Log)
@@ -416,7 +420,9 @@ func (s *Server) closeAdmin(ctx context.Context) {
 // keep their health; credentials and policies change for new connections.
 // Listener addresses cannot change without a restart; that is reported.
 func (s *Server) Reload(cfg *Config) error {
-	old := s.cfg.Load()
+	// Restart-only keys are compared with the running values, not the
+	// last file's: a change undone by the next reload is not reported again.
+	old := s.boot
 	// Everything that can refuse the new config is read before anything
 	// changes, so a refused reload leaves the old config whole.
 	specs, lists, err := s.upstreamSpecs(cfg)

@@ -246,11 +246,32 @@ func (t *Tracker) ApplyRemote(key string, rs RemoteState) bool {
 	}
 	if len(rs.History) > 0 {
 		r.hist.replace(rs.History)
+		r.showLastFailure(rs.History)
 	}
 	r.mu.Unlock()
 	t.version.Add(1)
 	t.apply(&e)
 	return true
+}
+
+// showLastFailure sets an eligible r's reason, stage and detail to those
+// of its last failure in h, the fleet's shared history: its newest entry
+// to cooling or disabled. A local eligible record shows its last failure
+// (readmit keeps it; an operator's enable is no failure and leaves it), so
+// every instance, the one that made the transitions or one that applied
+// them, shows the same for the same shared history (bug: one that applied
+// a remote eligible kept its own, possibly none, last failure). Left alone
+// when h holds no failure or r is not eligible. Caller holds r.mu.
+func (r *Record) showLastFailure(h []Transition) {
+	if State(r.state.Load()) != Eligible {
+		return
+	}
+	for i := len(h) - 1; i >= 0; i-- {
+		if tr := h[i]; tr.Target == "" && (tr.To == Cooling || tr.To == Disabled) {
+			r.reason, r.stage, r.detail = tr.Reason, tr.Stage, tr.Detail
+			return
+		}
+	}
 }
 
 // gatedProbe runs q's probe when the fleet's probe gate grants it (or
@@ -305,6 +326,7 @@ func (t *Tracker) SetHistory(key string, h []Transition) bool {
 	r.mu.Lock()
 	if !r.removed {
 		r.hist.replace(h)
+		r.showLastFailure(h)
 	}
 	r.mu.Unlock()
 	t.version.Add(1)

@@ -1,0 +1,68 @@
+package gateway
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/rotor-proxy/rotor/upstream/upstreamtest"
+)
+
+// TestReloadRestartNoticeAgainstRunning: a restart-only key is compared
+// with the running value, the one the server started with (bug: with the
+// last reloaded file, so a change undone by the next reload was reported
+// again as taking effect after a restart, though the file matched what
+// ran). Each key: change it (one notice), restore it (none), change it
+// again (a second notice).
+func TestReloadRestartNoticeAgainstRunning(t *testing.T) {
+	dir := t.TempDir()
+	ca := upstreamtest.NewHTTPProxy(t, upstreamtest.Options{TLS: true}).CertPEM()
+	for _, n := range []string{"a.pem", "b.pem"} {
+		if err := os.WriteFile(filepath.Join(dir, n), ca, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	type vals struct {
+		instance, socks, ca, state string
+		max                        int
+	}
+	conf := func(v vals) string {
+		return fmt.Sprintf("upstream_ca_file = %q\nstate_file = %q\n[listen]\nsocks5 = %q\nhttp = \"\"\nadmin = \"\"\nmax_connections = %d\n"+
+			"[cluster]\nredis = \"redis://127.0.0.1:1/0\"\ninstance = %q\n[[upstream]]\nurl = \"direct://\"\nname = \"direct\"\n",
+			v.ca, v.state, v.socks, v.max, v.instance)
+	}
+	base := vals{"a", "127.0.0.1:0", filepath.Join(dir, "a.pem"), filepath.Join(dir, "a.json"), 100}
+	for _, tc := range []struct {
+		notice string
+		change func(*vals)
+	}{
+		{"[cluster] changed", func(v *vals) { v.instance = "b" }},
+		{"listener addresses changed", func(v *vals) { v.socks = "127.0.0.1:1" }},
+		{"max_connections_per_ip changed", func(v *vals) { v.max = 200 }},
+		{"upstream_ca_file changed", func(v *vals) { v.ca = filepath.Join(dir, "b.pem") }},
+		{"state_file changed", func(v *vals) { v.state = filepath.Join(dir, "b.json") }},
+	} {
+		t.Run(tc.notice, func(t *testing.T) {
+			srv, logs := newGateway(t, "restart.toml", conf(base)) // not started: the fleet never dials Redis
+			changed := base
+			tc.change(&changed)
+			for i, step := range []struct {
+				v    vals
+				want int
+			}{{changed, 1}, {base, 1}, {base, 1}, {changed, 2}} {
+				next, err := ParseConfig("restart.toml", []byte(conf(step.v)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := srv.Reload(next); err != nil {
+					t.Fatal(err)
+				}
+				if got := strings.Count(logs.String(), tc.notice); got != step.want {
+					t.Fatalf("after reload %d: %d notices %q, want %d; logs:\n%s", i+1, got, tc.notice, step.want, logs.String())
+				}
+			}
+		})
+	}
+}
