@@ -246,7 +246,7 @@ func (c *Config) Warnings() []string {
 				"(allow_private_destinations = false): its probes will fail and it will never serve", u.Hostname()))
 		}
 	}
-	return w
+	return append(w, c.Cluster.Warnings()...)
 }
 
 // hasDirect reports whether an [[upstream]] is direct://.

@@ -691,3 +691,29 @@ func TestConfigSyntaxErrorLine(t *testing.T) {
 		}
 	}
 }
+
+// TestConfigWarnings: -check prints warnings for a config that is valid
+// but will not do what it seems to (it still exits 0).
+func TestConfigWarnings(t *testing.T) {
+	for _, tt := range []struct{ name, text, want string }{
+		{"a private probe host behind direct", "[probe]\nurl = \"http://127.0.0.1:9/health\"\n[[upstream]]\nurl = \"direct://\"\n",
+			"probe.url host 127.0.0.1 is a loopback or private address"},
+		{"a redis database a default Redis rejects", "[cluster]\nredis = \"redis://:pw-db-9@127.0.0.1:6379/99\"\ninstance = \"a\"\n[[upstream]]\nurl = \"direct://\"\n",
+			"cluster.redis: database 99 is above 15"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, err := ParseConfig("w.toml", []byte(tt.text))
+			if err != nil {
+				t.Fatal(err)
+			}
+			w := strings.Join(cfg.Warnings(), "\n")
+			if !strings.Contains(w, tt.want) || strings.Contains(w, "pw-db-9") {
+				t.Errorf("warnings %q, want %q and no password", w, tt.want)
+			}
+		})
+	}
+	cfg, err := ParseConfig("w.toml", []byte("[[upstream]]\nurl = \"direct://\"\n"))
+	if err != nil || len(cfg.Warnings()) != 0 {
+		t.Errorf("a plain config warns: %v %v", cfg.Warnings(), err)
+	}
+}
