@@ -349,8 +349,13 @@ func (c *Cluster) consider(rec record, force bool) {
 		c.mu.Unlock()
 		return
 	}
+	// force re-applies the version seen (the local view may have gone
+	// astray from it), never an older one: a write's answer can arrive
+	// after a newer record was applied from the subscription, and
+	// applying it then left the tracker on a stale state for good (every
+	// later read of the newest version counted as seen).
 	_, waiting := c.pending[rec.Key]
-	if waiting || !force && rec.V <= c.seen[rec.Key] {
+	if seen := c.seen[rec.Key]; waiting || rec.V < seen || !force && rec.V == seen {
 		c.mu.Unlock()
 		return
 	}

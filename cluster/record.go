@@ -232,13 +232,14 @@ local function merge(seed)
     table.insert(h, e)
     known[hkey(e)] = true
   end
+  local stored = {}
+  for k in pairs(known) do stored[k] = true end
   if keep then
     for _, e in ipairs(entries) do
       local k = hkey(e)
       if not known[k] then
         known[k] = true
         table.insert(h, e)
-        added = added + 1
       end
     end
   end
@@ -263,6 +264,12 @@ local function merge(seed)
     h = held
   end
   while #h > hmax do table.remove(h, 1) end
+  -- Only entries that stay count as added: a seed's entries older than
+  -- the bounded history brings nothing (a put-back racing another
+  -- instance's writes rewrote an unchanged record, one version more).
+  for _, e in ipairs(h) do
+    if not stored[hkey(e)] then added = added + 1 end
+  end
   if #h > 0 then rec.hist = h else rec.hist = nil end
   rec.v = rec.v + 1
   local applied = 0
