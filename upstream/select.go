@@ -606,10 +606,20 @@ func (leastConn) pick(s *set, a admitter) *Endpoint {
 		c = c[:k]
 	}
 	for len(c) > 0 {
-		bi, best := 0, s.lds[c[0]].active.Load()
+		// Ties (the normal case while tunnels are short) are broken
+		// uniformly: taking the first tie after the random offset gave a
+		// shut endpoint's turns to its neighbour in list order (one
+		// disabled upstream doubled the next one's share).
+		bi, best, ties := 0, s.lds[c[0]].active.Load(), 1
 		for i := 1; i < len(c); i++ {
-			if n := s.lds[c[i]].active.Load(); n < best {
-				bi, best = i, n
+			switch n := s.lds[c[i]].active.Load(); {
+			case n < best:
+				bi, best, ties = i, n, 1
+			case n == best:
+				ties++
+				if rand.IntN(ties) == 0 {
+					bi = i
+				}
 			}
 		}
 		if a.admit(s, c[bi]) {

@@ -196,3 +196,25 @@ func TestLowestLatencyWithTags(t *testing.T) {
 		t.Errorf("untagged pick %s, want one of the faster untagged", n)
 	}
 }
+
+// TestLeastConnTiesFairWhenSomeAreOut: least-conn with every upstream
+// idle (the normal case while tunnels are short) shares equally among the
+// eligible ones when some are out. Issue: the first tie after a random
+// offset won, so a disabled upstream's turns went to its neighbour in
+// list order (u2/u4/u5 with u3 disabled: 22/51/17).
+func TestLeastConnTiesFairWhenSomeAreOut(t *testing.T) {
+	t.Run("untagged", func(t *testing.T) {
+		tp := newTestPool(t, PoolConfig{Strategy: "least-conn", WaitForUpstream: time.Millisecond}, nil, specs("u2", "u3", "u4", "u5")...)
+		tp.disable(t, "u3")
+		checkShares(t, tp.countsFor(t, Request{Addr: "example.com:443"}, 3000), map[string]int{"u2": 1000, "u4": 1000, "u5": 1000}, 0.12)
+	})
+	t.Run("tagged", func(t *testing.T) {
+		sp := specs("u2", "u3", "u4", "u5")
+		for _, i := range []int{0, 1, 3} {
+			sp[i].Tags = []string{"a"}
+		}
+		tp := newTestPool(t, PoolConfig{Strategy: "least-conn", WaitForUpstream: time.Millisecond}, nil, sp...)
+		tp.disable(t, "u3")
+		checkShares(t, tp.countsFor(t, Request{Addr: "example.com:443", Tags: []string{"a"}}, 3000), map[string]int{"u2": 1500, "u5": 1500}, 0.1)
+	})
+}
