@@ -39,6 +39,9 @@ type fwdClient struct {
 	// connection is dialled: it closes idle ones so that the open
 	// connections stay within the limit (Server.connRoom).
 	room func()
+	// reusable, when set (direct://), is asked before an idle connection
+	// is reused: false closes it (the destination policy changed).
+	reusable func(net.Conn) bool
 
 	mu     sync.Mutex            // guards the fields below
 	idle   map[string][]*fwdConn // by target address ("" for an http:// upstream), newest last
@@ -528,7 +531,7 @@ func (fc *fwdClient) get(key string) (pc *fwdConn, reused bool) {
 		l[len(l)-1] = nil
 		fc.idle[key] = l[:len(l)-1]
 		fc.nidle--
-		if now.Sub(pc.idleAt) < fwdIdleTimeout {
+		if now.Sub(pc.idleAt) < fwdIdleTimeout && (fc.reusable == nil || fc.reusable(pc.c)) {
 			return pc, true
 		}
 		_ = pc.c.Close()

@@ -108,6 +108,16 @@ func (s *Server) fwdClient(e *upstream.Endpoint) *fwdClient {
 	if e.MaxConns > 0 {
 		c.room = func() { c.trimIdle(s.idleRoom(e)) }
 	}
+	if e.Scheme() == "direct" {
+		// The destination policy is the config's in force at each use,
+		// not only at the dial: a reload to allow_private_destinations =
+		// false must not leave kept-alive connections to private
+		// targets in use.
+		c.reusable = func(conn net.Conn) bool {
+			ta, ok := conn.RemoteAddr().(*net.TCPAddr)
+			return !ok || s.forbidDestination(ta.AddrPort()) == nil
+		}
+	}
 	actual, loaded := s.transports.LoadOrStore(key, c)
 	if !loaded {
 		context.AfterFunc(s.ctx, c.close)
@@ -122,6 +132,21 @@ func transportKey(e *upstream.Endpoint) *url.URL { return e.URL }
 
 // pruneTransports drops the transports and lean clients of endpoints no
 // longer in the pool and closes their idle connections.
+// closeIdleForward closes every idle forward connection (a reload
+// tightened the destination policy: net/http's Transport reuses its idle
+// connections without asking the dialer again).
+func (s *Server) closeIdleForward() {
+	s.transports.Range(func(k, v any) bool {
+		switch v := v.(type) {
+		case *http.Transport:
+			v.CloseIdleConnections()
+		case *fwdClient:
+			v.trimIdle(0)
+		}
+		return true
+	})
+}
+
 func (s *Server) pruneTransports() {
 	live := map[*url.URL]bool{}
 	for _, e := range s.pool.Endpoints() {

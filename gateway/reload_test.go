@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -184,6 +185,38 @@ func TestReloadAllowPrivateDestinations(t *testing.T) {
 				}
 				if got := socksConnect(t, srv.Addr("socks5"), target.Addr()); got != want {
 					t.Errorf("allow_private_destinations = %t after a reload: SOCKS5 reply %#x to %s, want %#x", allow, got, target.Addr(), want)
+				}
+			}
+		})
+	}
+}
+
+// TestReloadAllowPrivateClosesKeptAlive: a reload to
+// allow_private_destinations = false also ends plain-HTTP forwarding
+// through a direct connection kept alive from before (it was checked only
+// at the dial, so the pooled connection to the private target served on).
+func TestReloadAllowPrivateClosesKeptAlive(t *testing.T) {
+	target := upstreamtest.NewTarget(t)
+	conf := func(allow bool) string {
+		return fmt.Sprintf("allow_private_destinations = %t\n[pool]\nstart_eligible = true\nmax_attempts = 1\nwait_for_upstream = \"0s\"\n"+
+			"[listen]\nsocks5 = \"\"\nhttp = \"127.0.0.1:0\"\nadmin = \"\"\n[[upstream]]\nurl = \"direct://\"\nname = \"direct\"\n", allow)
+	}
+	for _, method := range []string{http.MethodGet, http.MethodPost} {
+		t.Run(method, func(t *testing.T) {
+			srv, _ := startGateway(t, conf(true))
+			if resp, _, err := askForward(t, srv, method, target.URL("/")); err != nil || resp.StatusCode != 200 {
+				t.Fatalf("before the reload: %s %v", statusOf(resp), err)
+			}
+			next, err := ParseConfig("test.toml", []byte(conf(false)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := srv.Reload(next); err != nil {
+				t.Fatal(err)
+			}
+			for range 2 {
+				if resp, _, err := askForward(t, srv, method, target.URL("/")); err == nil && resp.StatusCode == 200 {
+					t.Fatalf("after the reload to false: %s through a kept-alive connection to %s", resp.Status, target.Addr())
 				}
 			}
 		})

@@ -229,7 +229,10 @@ func (s *Server) apply(cfg *Config, specs []upstream.Spec, lists map[string]int)
 	s.listCounts = lists
 	s.pruneTransports()
 	s.auth.Store(newAuthenticator(cfg.Clients))
-	s.cfg.Store(cfg)
+	prev := s.cfg.Swap(cfg)
+	if prev != nil && prev.AllowPrivateDestinations && !cfg.AllowPrivateDestinations {
+		s.closeIdleForward()
+	}
 	return nil
 }
 
