@@ -47,12 +47,8 @@ func TestClusterEmptyRedisRestartKeepsRecords(t *testing.T) {
 	a, trA := newMember(t, rd, "a", cfg)
 	b, trB := newMember(t, rd, "b", cfg)
 	// Some history first: a probe passed on b.
-	if err := b.write(health.RemoteState{Key: "k", State: health.Eligible, From: health.ProbeAllowed,
-		Stage: health.StageProbe, Detail: "probe passed", At: time.Now().Add(-time.Second)}); err != nil {
-		t.Fatal(err)
-	}
-	trA.Disable(trA.Lookup("k"), "disabled via admin API")
-	waitUntil(t, 3*time.Second, "b sees the disable", func() bool { return stateOf(trB) == health.Disabled })
+	probePassed(t, b)
+	disableSeen(t, trA, trB)
 
 	rd.Stop()
 	rd.Start() // empty
@@ -110,15 +106,11 @@ func TestClusterOlderSnapshotKeepsDisable(t *testing.T) {
 	cfg := Config{Resync: time.Second}
 	a, trA := newMember(t, rd, "a", cfg)
 	_, trB := newMember(t, rd, "b", cfg)
-	if err := a.write(health.RemoteState{Key: "k", State: health.Eligible, From: health.ProbeAllowed,
-		Stage: health.StageProbe, Detail: "probe passed", At: time.Now().Add(-time.Second)}); err != nil {
-		t.Fatal(err)
-	}
+	probePassed(t, a)
 	if got := rd.Do("SAVE"); got != "+OK" {
 		t.Fatalf("SAVE: %s", got)
 	}
-	trA.Disable(trA.Lookup("k"), "disabled via admin API")
-	waitUntil(t, 3*time.Second, "b sees the disable", func() bool { return stateOf(trB) == health.Disabled })
+	disableSeen(t, trA, trB)
 	rd.Stop()
 	rd.Start() // the snapshot from before the disable
 	if rec := storedRecord(t, rd); rec.State != "eligible" {
@@ -234,12 +226,8 @@ func TestClusterSecondEmptyRestartKeepsDisable(t *testing.T) {
 	cfg := Config{Resync: time.Second}
 	a, trA := newMember(t, rd, "a", cfg)
 	_, trB := newMember(t, rd, "b", cfg)
-	if err := a.write(health.RemoteState{Key: "k", State: health.Eligible, From: health.ProbeAllowed,
-		Stage: health.StageProbe, Detail: "probe passed", At: time.Now().Add(-time.Second)}); err != nil {
-		t.Fatal(err)
-	}
-	trA.Disable(trA.Lookup("k"), "disabled via admin API")
-	waitUntil(t, 3*time.Second, "b sees the disable", func() bool { return stateOf(trB) == health.Disabled })
+	probePassed(t, a)
+	disableSeen(t, trA, trB)
 
 	// Down; a fresh instance's probe passes meanwhile and is the first
 	// thing the empty Redis holds.
@@ -273,4 +261,22 @@ func TestClusterSecondEmptyRestartKeepsDisable(t *testing.T) {
 			t.Errorf("%s: %v, want disabled", name, got)
 		}
 	}
+}
+
+// probePassed writes, through c, a probe that passed a second ago: some
+// shared history for k before the test's own steps.
+func probePassed(t *testing.T, c *Cluster) {
+	t.Helper()
+	if err := c.write(health.RemoteState{Key: "k", State: health.Eligible, From: health.ProbeAllowed,
+		Stage: health.StageProbe, Detail: "probe passed", At: time.Now().Add(-time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// disableSeen disables k on from as an operator does and waits until
+// other has applied it.
+func disableSeen(t *testing.T, from, other *health.Tracker) {
+	t.Helper()
+	from.Disable(from.Lookup("k"), "disabled via admin API")
+	waitUntil(t, 3*time.Second, "the disable seen by the other instance", func() bool { return stateOf(other) == health.Disabled })
 }

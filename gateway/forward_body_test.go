@@ -28,14 +28,7 @@ func bodyGateway(t *testing.T, idle time.Duration, extra string) (*Server, *logB
 		"[pool]\nstart_eligible = true\n[[upstream]]\nurl = %q\nname = \"a\"\n[[upstream]]\nurl = %q\nname = \"b\"\n",
 		a.URL(), b.URL()))
 	srv.h1.bodyIdle = idle
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-	})
+	serve(t, srv)
 	return srv, logs
 }
 

@@ -22,14 +22,7 @@ func sendGateway(t *testing.T, idle time.Duration) (*Server, *logBuffer) {
 	srv, logs := newGateway(t, "send.toml", "allow_private_destinations = true\n"+listenConf("")+
 		"[pool]\nstart_eligible = true\n[[upstream]]\nurl = \"direct://\"\nname = \"up\"\n")
 	srv.h1.sendIdle = idle
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-	})
+	serve(t, srv)
 	return srv, logs
 }
 

@@ -60,6 +60,13 @@ func startGateway(t *testing.T, text string) (*Server, *logBuffer) {
 		text += "\n[listen]\nsocks5 = \"127.0.0.1:0\"\nhttp = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\n"
 	}
 	srv, logs := newGateway(t, "test.toml", text)
+	serve(t, srv)
+	return srv, logs
+}
+
+// serve starts srv and shuts it down (bounded) when the test ends.
+func serve(t *testing.T, srv *Server) {
+	t.Helper()
 	if err := srv.Start(); err != nil {
 		t.Fatalf("Start: %v", err)
 	}
@@ -68,7 +75,6 @@ func startGateway(t *testing.T, text string) (*Server, *logBuffer) {
 		defer cancel()
 		_ = srv.Shutdown(ctx)
 	})
-	return srv, logs
 }
 
 // socksGet fetches rawURL through the SOCKS5 front with optional auth.
