@@ -12,18 +12,40 @@ import (
 
 // checkExposure refuses configurations that would make rotor an open proxy
 // or an unauthenticated admin API on the network.
-func checkExposure(cfg *Config) error {
+func checkExposure(cfg *Config) error { return exposure(cfg, "start", "start") }
+
+// exposure is checkExposure's rule with the words for what is refused:
+// starting, or a reload that would expose the running listeners.
+func exposure(cfg *Config, proxy, admin string) error {
 	if len(cfg.Clients) == 0 && !cfg.Listen.AllowOpen {
 		for _, a := range []string{cfg.Listen.SOCKS5, cfg.Listen.HTTP} {
 			if a != "" && !isLoopback(a) {
-				return errors.New("refusing to start an open proxy: " + a + " is not a loopback address and no [[client]] is configured (add [[client]] credentials, or set listen.allow_open = true)")
+				return errors.New("refusing to " + proxy + " an open proxy: " + a + " is not a loopback address and no [[client]] is configured (add [[client]] credentials, or set listen.allow_open = true)")
 			}
 		}
 	}
 	if cfg.Listen.Admin != "" && !isLoopback(cfg.Listen.Admin) && cfg.Listen.AdminToken == "" {
-		return errors.New("refusing to start: listen.admin " + cfg.Listen.Admin + " is not a loopback address and no admin_token (or admin_token_env) is set")
+		return errors.New("refusing to " + admin + ": listen.admin " + cfg.Listen.Admin + " is not a loopback address and no admin_token (or admin_token_env) is set")
 	}
 	return nil
+}
+
+// openProxyWarning is logged when rotor starts, or a reload makes it, an
+// open proxy the operator asked for (listen.allow_open).
+const openProxyWarning = "OPEN PROXY: a front listens beyond loopback with no [[client]] credentials (listen.allow_open = true)"
+
+// openProxy reports whether cfg serves anyone who can reach a front: no
+// [[client]] and a front beyond loopback (allow_open let it start).
+func openProxy(cfg *Config) bool {
+	return len(cfg.Clients) == 0 && !(isLoopback(cfg.Listen.SOCKS5) && isLoopback(cfg.Listen.HTTP))
+}
+
+// bound is cfg with the listener addresses of running, the config the
+// listeners were bound with: what cfg exposes while they stay open.
+func bound(cfg, running *Config) *Config {
+	c := *cfg
+	c.Listen.SOCKS5, c.Listen.HTTP, c.Listen.Admin = running.Listen.SOCKS5, running.Listen.HTTP, running.Listen.Admin
+	return &c
 }
 
 // isLoopback reports whether addr (host:port) binds only loopback. An empty

@@ -66,3 +66,50 @@ func TestReloadRestartNoticeAgainstRunning(t *testing.T) {
 		})
 	}
 }
+
+// TestReloadCannotExposeRunningListeners: listeners keep their start-up
+// addresses until a restart, so a reload is checked against those (bug: it
+// was checked against the file's, and a file that moved the fronts to
+// loopback while dropping the [[client]] or the admin_token left the
+// running 0.0.0.0 listeners open to anyone, without allow_open). A reload
+// that opens them under allow_open logs the OPEN PROXY warning, as a start does.
+func TestReloadCannotExposeRunningListeners(t *testing.T) {
+	const direct = "[[upstream]]\nurl = \"direct://\"\nname = \"direct\"\n"
+	const client = "[[client]]\nusername = \"u\"\npassword = \"p\"\n"
+	wide := "[listen]\nsocks5 = \"0.0.0.0:0\"\nhttp = \"\"\nadmin = \"0.0.0.0:0\"\nadmin_token = \"tok\"\n"
+	local := "[listen]\nsocks5 = \"127.0.0.1:0\"\nhttp = \"\"\nadmin = \"127.0.0.1:0\"\n"
+	for _, tc := range []struct {
+		name, boot, next, refused string
+	}{
+		{"clients dropped", wide + client + direct, local + "admin_token = \"tok\"\n" + direct, "refusing to make the running listeners an open proxy: 0.0.0.0:0"},
+		{"admin token dropped", wide + client + direct, local + client + direct, "refusing to reload: listen.admin 0.0.0.0:0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv, _ := newGateway(t, "expose.toml", tc.boot)
+			next, err := ParseConfig("expose.toml", []byte(tc.next))
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = srv.Reload(next)
+			if err == nil || !strings.Contains(err.Error(), tc.refused) {
+				t.Fatalf("reload: %v, want %q", err, tc.refused)
+			}
+			if got := srv.Config(); len(got.Clients) != 1 || got.Listen.AdminToken != "tok" {
+				t.Fatalf("refused reload changed the running config: %d clients, token %q", len(got.Clients), got.Listen.AdminToken)
+			}
+		})
+	}
+	t.Run("allow_open warned", func(t *testing.T) {
+		srv, logs := newGateway(t, "expose.toml", wide+"allow_open = true\n"+client+direct)
+		next, err := ParseConfig("expose.toml", []byte(wide+"allow_open = true\n"+direct))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := srv.Reload(next); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(logs.String(), "OPEN PROXY") {
+			t.Fatalf("no OPEN PROXY warning after a reload dropped the last client; logs:\n%s", logs.String())
+		}
+	})
+}

@@ -267,8 +267,8 @@ func (s *Server) Start() error {
 		}
 		s.listeners[f.name] = ln
 	}
-	if cfg.Listen.AllowOpen && len(cfg.Clients) == 0 && !(isLoopback(cfg.Listen.SOCKS5) && isLoopback(cfg.Listen.HTTP)) {
-		s.log.Warn().Msg("OPEN PROXY: a front listens beyond loopback with no [[client]] credentials (listen.allow_open = true)")
+	if openProxy(cfg) {
+		s.log.Warn().Msg(openProxyWarning)
 	}
 	if r, err := splice.NewReactor(); err == nil {
 		s.reactor = r
@@ -432,6 +432,12 @@ func (s *Server) Reload(cfg *Config) error {
 	if err != nil {
 		return err
 	}
+	// The listeners keep the addresses they were bound to until a restart:
+	// a file that moves a front to loopback and drops its [[client]] (or
+	// the admin_token) would otherwise open the running wildcard listener.
+	if err := exposure(bound(cfg, old), "make the running listeners", "reload"); err != nil {
+		return fmt.Errorf("%w (listeners keep their start-up addresses until a restart)", err)
+	}
 	if old.Listen.SOCKS5 != cfg.Listen.SOCKS5 || old.Listen.HTTP != cfg.Listen.HTTP || old.Listen.Admin != cfg.Listen.Admin {
 		s.log.Warn().Msg("reload: listener addresses changed; they take effect after a restart")
 	}
@@ -456,8 +462,12 @@ func (s *Server) Reload(cfg *Config) error {
 		s.log.Warn().Str("from", old.StateFile).Str("to", cfg.StateFile).
 			Msg("reload: state_file changed; it takes effect after a restart")
 	}
+	wasOpen := openProxy(bound(s.cfg.Load(), old))
 	if err := s.apply(cfg, specs, lists); err != nil {
 		return err
+	}
+	if !wasOpen && openProxy(bound(cfg, old)) {
+		s.log.Warn().Msg(openProxyWarning)
 	}
 	if s.fleet != nil {
 		s.fleet.Reconcile() // new upstreams pick up their shared records
