@@ -352,7 +352,7 @@ func stripFragment(r *http.Request) bool {
 	if i < 0 {
 		return true
 	}
-	u, err := url.ParseRequestURI(r.RequestURI[:i])
+	u, err := url.ParseRequestURI(escapeStray(r.RequestURI[:i]))
 	if err != nil || u.Host != r.URL.Host || !u.IsAbs() {
 		return false
 	}

@@ -464,6 +464,10 @@ func TestForwardRequestTargetBytes(t *testing.T) {
 		{"fragment", "/a|b?q#frag|x", "/a|b?q"},
 		{"query only", "?q=|", "/?q=|"},
 		{"empty query", "/x|y?", "/x|y?"},
+		// A "%" that starts no escape goes on as sent (squid forwards it;
+		// net/http's parser refused it with 400).
+		{"stray percent", "/50%-off/100%/%2/%7c%?q=5%&r=%zz", "/50%-off/100%/%2/%7c%?q=5%&r=%zz"},
+		{"stray percent and fragment", "/5%#f%", "/5%"},
 	} {
 		for _, method := range forwardMethods {
 			send := func(t *testing.T, front, host string) {

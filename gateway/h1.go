@@ -412,7 +412,11 @@ func (hc *h1Conn) serve() {
 			}
 			_, _ = hc.br.Discard(1)
 		}
+		stray := straySink(hc.br)
 		req, err := http.ReadRequest(hc.br)
+		if err == nil && stray != "" && !restoreStray(&req.RequestURI, &req.URL, stray) {
+			err = errors.New("malformed request target")
+		}
 		// A head that used up the limit is too large whatever error the
 		// parser saw: a limit that cuts a short line in two makes a
 		// malformed line of it, not an errHeaderTooLarge.

@@ -1,0 +1,96 @@
+package gateway
+
+import (
+	"bufio"
+	"bytes"
+	"net/url"
+	"strings"
+)
+
+// A request target with a "%" that starts no escape ("/50%-off",
+// "?q=100%") is refused by http.ReadRequest (url.ParseRequestURI: "invalid
+// URL escape"), but curl and raw scrapers send such targets and squid and
+// tinyproxy forward them as they are. Before the parse, straySink blanks
+// those "%" of the path in the buffered request line (a "_" in their place, so the
+// line parses); after it, restoreStray puts the client's target back in
+// RequestURI (which forwarding sends on, originTarget) and parses a URL
+// with each stray "%" read as "%25", the byte it stands for.
+
+// straySink rewrites the stray "%" of the request line buffered in br in
+// place and returns the target as the client sent it, or "" when there
+// was none (or the line is not all buffered: the parser then answers as
+// before). Only the path and query are touched: a "%" in an authority is
+// a zone or an error, and stays the parser's to judge.
+func straySink(br *bufio.Reader) string {
+	b, _ := br.Peek(br.Buffered())
+	end := bytes.IndexByte(b, '\n')
+	if end < 0 {
+		return ""
+	}
+	line := b[:end]
+	sp1 := bytes.IndexByte(line, ' ')
+	sp2 := bytes.LastIndexByte(line, ' ')
+	if sp1 < 0 || sp2 <= sp1 {
+		return ""
+	}
+	target := line[sp1+1 : sp2]
+	from := 0
+	if i := bytes.Index(target, []byte("://")); i >= 0 && target[0] != '/' {
+		j := bytes.IndexAny(target[i+3:], "/?")
+		if j < 0 {
+			return ""
+		}
+		from = i + 3 + j
+	} else if len(target) == 0 || target[0] != '/' {
+		return "" // authority form (CONNECT) or "*"
+	}
+	var orig string
+	for i := from; i < len(target) && target[i] != '?'; i++ {
+		if target[i] != '%' || (i+2 < len(target) && ishex(target[i+1]) && ishex(target[i+2])) {
+			continue
+		}
+		if orig == "" {
+			orig = string(target)
+		}
+		target[i] = '_'
+	}
+	return orig
+}
+
+// escapeStray is target with each "%" of its path that starts no escape
+// written "%25" (a query is kept raw by the parser, stray "%" and all).
+func escapeStray(target string) string {
+	var b strings.Builder
+	q := strings.IndexByte(target, '?')
+	if q < 0 {
+		q = len(target)
+	}
+	for i := 0; i < len(target); i++ {
+		if i >= q {
+			b.WriteString(target[i:])
+			break
+		}
+		if target[i] == '%' && !(i+2 < len(target) && ishex(target[i+1]) && ishex(target[i+2])) {
+			b.WriteString("%25")
+			continue
+		}
+		b.WriteByte(target[i])
+	}
+	return b.String()
+}
+
+// restoreStray gives u, parsed from a line straySink rewrote, the client's
+// target orig back: it reports false when orig does not parse even with
+// its stray "%" escaped.
+func restoreStray(requestURI *string, u **url.URL, orig string) bool {
+	parsed, err := url.ParseRequestURI(escapeStray(orig))
+	if err != nil {
+		return false
+	}
+	*requestURI, *u = orig, parsed
+	return true
+}
+
+func ishex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
