@@ -574,3 +574,52 @@ func TestForwardLeanHeaderOrderAndCase(t *testing.T) {
 		}
 	})
 }
+
+// TestReloadFirstByteReachesTransport: a reload's slow_body.first_byte
+// applies to requests forwarded through net/http's Transport (a POST) as
+// to the lean path (bug: each endpoint's Transport kept the timeout it was
+// built with, at its first use, until a restart).
+func TestReloadFirstByteReachesTransport(t *testing.T) {
+	rt := newRawTarget(t, func(c net.Conn, br *bufio.Reader, rt *rawTarget) {
+		head, err := rt.readHead(br)
+		if err != nil {
+			return
+		}
+		if strings.HasPrefix(head, "POST /slow ") {
+			time.Sleep(time.Second)
+		}
+		_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 3\r\nConnection: close\r\n\r\nok\n")
+	})
+	conf := func(firstByte string) string {
+		return "allow_private_destinations = true\n" + listenConf("") + "[slow_body]\nfirst_byte = \"" + firstByte +
+			"\"\n[pool]\nstart_eligible = true\nmax_attempts = 1\n[[upstream]]\nurl = \"direct://\"\nname = \"up\"\n"
+	}
+	srv, _ := startGateway(t, conf("20s"))
+	post := func(path string) *http.Response {
+		t.Helper()
+		c, err := net.Dial("tcp", srv.Addr("http"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		fmt.Fprintf(c, "POST http://%s%s HTTP/1.1\r\nHost: %s\r\nContent-Length: 2\r\n\r\nhi", rt.Addr(), path, rt.Addr())
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	if resp := post("/fast"); resp.StatusCode != 200 {
+		t.Fatalf("before the reload: %d %q, want 200", resp.StatusCode, resp.Header.Get("X-Rotor-Error"))
+	}
+	next, err := ParseConfig("test.toml", []byte(conf("300ms")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Reload(next); err != nil {
+		t.Fatal(err)
+	}
+	if resp := post("/slow"); resp.StatusCode < 500 || !strings.HasPrefix(resp.Header.Get("X-Rotor-Error"), "slow_body") {
+		t.Fatalf("after the reload to first_byte = 300ms, an answer after 1s: %d %q, want slow_body", resp.StatusCode, resp.Header.Get("X-Rotor-Error"))
+	}
+}

@@ -20,7 +20,7 @@ import (
 // requests in absolute form (many proxies refuse CONNECT to port 80);
 // the others carry them through a tunnel from e's dialer.
 func (s *Server) transport(e *upstream.Endpoint, cfg *Config) http.RoundTripper {
-	key := transportKey(e)
+	key := trKey{transportKey(e), cfg.SlowBody.FirstByte, s.pool.Config().ConnectTimeout}
 	if t, ok := s.transports.Load(key); ok {
 		return t.(http.RoundTripper)
 	}
@@ -45,9 +45,8 @@ func (s *Server) transport(e *upstream.Endpoint, cfg *Config) http.RoundTripper 
 	if e.Scheme() == "http" {
 		proxyURL := *e.URL
 		t.Proxy = http.ProxyURL(&proxyURL)
-		timeout := s.pool.Config().ConnectTimeout
 		t.DialContext = func(ctx context.Context, network, _ string) (net.Conn, error) {
-			d := net.Dialer{Timeout: timeout}
+			d := net.Dialer{Timeout: key.connect}
 			c, err := d.DialContext(ctx, network, proxyURL.Host)
 			if err != nil {
 				return nil, upstream.Classify(err, health.StageDial)
@@ -93,6 +92,15 @@ func (s *Server) connRoom(e *upstream.Endpoint) {
 	}
 }
 
+// trKey is the s.transports key of an endpoint's Transport: the timeouts
+// it was built with are part of it, so a reload that changes
+// slow_body.first_byte or pool.connect_timeout builds a new one (the old
+// one is pruned, its requests in flight finish on it).
+type trKey struct {
+	u                  *url.URL
+	firstByte, connect time.Duration
+}
+
 // fwdKey is the s.transports key of an endpoint's fwdClient.
 type fwdKey struct{ u *url.URL }
 
@@ -130,8 +138,6 @@ func (s *Server) fwdClient(e *upstream.Endpoint) *fwdClient {
 // one is pruned). Comparing pointers keeps the per-request lookup free.
 func transportKey(e *upstream.Endpoint) *url.URL { return e.URL }
 
-// pruneTransports drops the transports and lean clients of endpoints no
-// longer in the pool and closes their idle connections.
 // closeIdleForward closes every idle forward connection (a reload
 // tightened the destination policy: net/http's Transport reuses its idle
 // connections without asking the dialer again).
@@ -147,15 +153,19 @@ func (s *Server) closeIdleForward() {
 	})
 }
 
-func (s *Server) pruneTransports() {
+// pruneTransports drops the transports and lean clients of endpoints no
+// longer in the pool, and transports built with other timeouts than cfg's
+// (the pool's config is cfg's already), and closes their idle connections.
+func (s *Server) pruneTransports(cfg *Config) {
 	live := map[*url.URL]bool{}
 	for _, e := range s.pool.Endpoints() {
 		live[transportKey(e)] = true
 	}
+	connect := s.pool.Config().ConnectTimeout
 	s.transports.Range(func(k, v any) bool {
 		switch k := k.(type) {
-		case *url.URL:
-			if !live[k] {
+		case trKey:
+			if !live[k.u] || k.firstByte != cfg.SlowBody.FirstByte || k.connect != connect {
 				s.transports.Delete(k)
 				v.(*http.Transport).CloseIdleConnections()
 			}

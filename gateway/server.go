@@ -57,7 +57,7 @@ type Server struct {
 	connID        atomic.Uint64
 	metrics       *metrics
 	limits        *connLimits
-	transports    sync.Map     // transportKey(endpoint) → *http.Transport
+	transports    sync.Map     // trKey → *http.Transport, fwdKey → *fwdClient
 	h1            h1Front      // the HTTP proxy front's connections
 	socksHS       handshakes   // SOCKS5 front connections with no tunnel yet
 	socksRefusing atomic.Int32 // over-limit SOCKS5 refusals in conversation (refuseSOCKS)
@@ -227,7 +227,7 @@ func (s *Server) apply(cfg *Config, specs []upstream.Spec, lists map[string]int)
 	}
 	s.logApplied(cfg, added, removed, before)
 	s.listCounts = lists
-	s.pruneTransports()
+	s.pruneTransports(cfg)
 	s.auth.Store(newAuthenticator(cfg.Clients))
 	prev := s.cfg.Swap(cfg)
 	if prev != nil && prev.AllowPrivateDestinations && !cfg.AllowPrivateDestinations {
