@@ -433,7 +433,7 @@ func TestForwardLeanFirstByteIsSlowBody(t *testing.T) {
 		}
 		_, _ = io.Copy(io.Discard, br) // never answers
 	})
-	srv, _ := startGateway(t, "allow_private_destinations = true\n"+listenConf("")+
+	srv, logs := startGateway(t, "allow_private_destinations = true\n"+listenConf("")+
 		"[slow_body]\nfirst_byte = \"300ms\"\n[pool]\nstart_eligible = true\nmax_attempts = 1\n[[upstream]]\nurl = \"direct://\"\nname = \"up\"\n")
 	resp, err := httpGet(t, srv.Addr("http"), "", "", "http://"+rt.Addr()+"/", false)
 	if err != nil {
@@ -450,6 +450,10 @@ func TestForwardLeanFirstByteIsSlowBody(t *testing.T) {
 	if !found {
 		t.Errorf("counts = %+v, want slow_body at first_byte", snap.Counts)
 	}
+	// The request's line says so too, as a tunnel's does (it said failed).
+	eventuallyTrue(t, "request line with outcome slow_body", func() bool {
+		return strings.Contains(logs.String(), `"outcome":"slow_body"`)
+	})
 }
 
 // TestForwardRequestTargetBytes: the target gets the path and query bytes

@@ -104,7 +104,8 @@ type h1Conn struct {
 
 	idle       bool // waiting for a request: Shutdown may close it (h1Front.mu)
 	hijacked   bool
-	badFraming bool // the request's framing is suspect: close after its answer (serve)
+	badFraming bool  // the request's framing is suspect: close after its answer (serve)
+	headAt     int64 // lr.total at the running request's first byte
 	// halfClosed: the client ended its sending side after a complete
 	// request (checkClient saw EOF); the connection closes after the answer.
 	halfClosed atomic.Bool
@@ -133,6 +134,7 @@ type headLimit struct {
 	remain int64
 	scan   *headScan    // non-nil while a head is read (serve's goroutine only)
 	idle   atomic.Int64 // a time.Duration; the body may be read on another goroutine (the Transport's)
+	total  atomic.Int64 // bytes read from the client, for rotor_bytes_total
 }
 
 func (l *headLimit) Read(p []byte) (int, error) {
@@ -147,6 +149,7 @@ func (l *headLimit) Read(p []byte) (int, error) {
 	}
 	n, err := l.c.Read(p)
 	l.remain -= int64(n)
+	l.total.Add(int64(n))
 	if l.scan != nil {
 		l.scan.feed(p[:n])
 		if errors.Is(err, os.ErrDeadlineExceeded) {
@@ -180,14 +183,15 @@ type sendLimit struct {
 	// The writer's own (one write at a time):
 	since time.Time // start of the wait in which the client was last seen taking nothing; zero when it took some
 	moved time.Time // when a write last took bytes
+	total int64     // bytes written to the client, for rotor_bytes_total
 }
 
-func (l *sendLimit) Write(p []byte) (int, error) {
+func (l *sendLimit) Write(p []byte) (n int, err error) {
+	defer func() { l.total += int64(n) }()
 	c := l.hc.c
 	if l.fixed.Load() || l.idle <= 0 {
 		return c.Write(p)
 	}
-	n := 0
 	for {
 		start := time.Now()
 		deadline := start.Add(l.idle)
@@ -412,6 +416,7 @@ func (hc *h1Conn) serve() {
 			}
 			_, _ = hc.br.Discard(1)
 		}
+		hc.headAt = hc.lr.total.Load() - int64(hc.br.Buffered())
 		stray := straySink(hc.br)
 		req, err := http.ReadRequest(hc.br)
 		if err == nil && stray != "" && !restoreStray(&req.RequestURI, &req.URL, stray) {
@@ -497,11 +502,16 @@ func (hc *h1Conn) serveRequest(req *http.Request) bool {
 		}
 		req.Body = body
 	}
+	sent := hc.sl.total
 	hc.handle(w, req, body, cancel)
 	if hc.hijacked {
-		return false
+		return false // the tunnel counts its bytes
 	}
 	w.finish()
+	// A forwarded request's bytes as they crossed the client's socket,
+	// heads included, as a tunnel's are counted: what it took of the
+	// client's bytes (not what a read took ahead of it) and what it sent.
+	hc.s.metrics.bytes(hc.lr.total.Load()-body.buffered.Load()-hc.headAt, hc.sl.total-sent)
 	if w.err != nil || w.reset {
 		return false
 	}
@@ -601,6 +611,7 @@ type h1Body struct {
 	w        *h1Writer     // non-nil until 100 Continue was sent
 	eof      atomic.Bool
 	buffered atomic.Int64 // br.Buffered() after the last read (before the first: at the head's end)
+	n        atomic.Int64 // body bytes read (the request line's bytes_up)
 }
 
 // due reports whether the body needs bytes from the socket: not read to
@@ -618,6 +629,7 @@ func (b *h1Body) Read(p []byte) (int, error) {
 		}
 	}
 	n, err := b.r.Read(p)
+	b.n.Add(int64(n))
 	b.buffered.Store(int64(b.br.Buffered()))
 	if err == io.EOF {
 		b.eof.Store(true)

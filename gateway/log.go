@@ -122,26 +122,33 @@ func clientsOutcome(outcome string) bool { return outcome == "client_gone" || ou
 // logForward writes the summary line of one forwarded plain-HTTP request.
 func (s *Server) logForward(id uint64, r *http.Request, user string, e *upstream.Endpoint, att *upstream.Attempts, err error, n int64, start time.Time) {
 	outcome := "ok"
+	var f *health.Failure
 	if err != nil {
 		outcome = s.errOutcome(err)
+		errors.As(err, &f)
+	}
+	if outcome == "failed" && f != nil && f.Class == health.SlowBody {
+		outcome = "slow_body" // as a tunnel that stalled is
 	}
 	s.metrics.tunnelDone("http_forward", outcome)
-	s.metrics.bytes(0, n)
+	var up int64
+	if b, ok := r.Body.(*h1Body); ok {
+		up = b.n.Load()
+	}
 	ev := s.log.Info()
 	if err != nil && !clientsOutcome(outcome) && !clientRefusal(err) {
 		ev = s.log.Warn()
 	}
 	ev = ev.Uint64("conn_id", id).Str("listener", "http").Str("client", r.RemoteAddr).Str("target", r.URL.Host).
 		Str("method", r.Method).Dur("dur", time.Since(start)).Str("outcome", outcome).
-		Int("attempts", attemptCount(att)+boolInt(e != nil)).Int64("bytes_down", n)
+		Int("attempts", attemptCount(att)+boolInt(e != nil)).Int64("bytes_up", up).Int64("bytes_down", n)
 	if user != "" {
 		ev = ev.Str("user", user)
 	}
 	if e != nil {
 		ev = ev.Str("upstream", e.Name)
 	}
-	var f *health.Failure
-	if errors.As(err, &f) {
+	if f != nil {
 		ev = ev.Str("class", f.Class.String()).Str("stage", f.Stage.String())
 	}
 	if err != nil {

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bufio"
 	"fmt"
 	"io"
 	"net"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
+	dto "github.com/prometheus/client_model/go"
 )
 
 func TestMetricsExposition(t *testing.T) {
@@ -194,4 +196,70 @@ func TestSOCKS5ClientAuthCounted(t *testing.T) {
 	if got, want := count("handshake_error"), 1.0; got != want {
 		t.Errorf(`rotor_tunnels_total{front="socks5",outcome="handshake_error"} = %v, want %v`, got, want)
 	}
+}
+
+// countingConn counts the bytes read from its Conn.
+type countingConn struct {
+	net.Conn
+	n int64
+}
+
+func (c *countingConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// TestForwardBytesCounted: forwarded plain-HTTP requests count in
+// rotor_bytes_total as their bytes crossed the client's socket, heads and
+// bodies, both ways (bug: "up" never counted them, and "down" counted only
+// the answer's body), as a tunnel's bytes are counted.
+func TestForwardBytesCounted(t *testing.T) {
+	rt := newRawTarget(t, func(c net.Conn, br *bufio.Reader, rt *rawTarget) {
+		for {
+			head, err := rt.readHead(br)
+			if err != nil {
+				return
+			}
+			if strings.HasPrefix(head, "POST") {
+				_, _ = io.CopyN(io.Discard, br, 1000)
+			}
+			if _, err := io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 500\r\n\r\n"+strings.Repeat("d", 500)); err != nil {
+				return
+			}
+		}
+	})
+	srv := directGateway(t)
+	c, err := net.Dial("tcp", srv.Addr("http"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cc := &countingConn{Conn: c}
+	br := bufio.NewReader(cc)
+	reqs := []string{
+		fmt.Sprintf("GET http://%s/a HTTP/1.1\r\nHost: %s\r\n\r\n", rt.Addr(), rt.Addr()),
+		fmt.Sprintf("POST http://%s/b HTTP/1.1\r\nHost: %s\r\nContent-Length: 1000\r\nConnection: close\r\n\r\n%s", rt.Addr(), rt.Addr(), strings.Repeat("u", 1000)),
+	}
+	var up int64
+	for _, r := range reqs {
+		if _, err := io.WriteString(c, r); err != nil {
+			t.Fatal(err)
+		}
+		up += int64(len(r))
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("answer: %v %v", statusOf(resp), err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+	}
+	_, _ = io.Copy(io.Discard, br) // to the close
+	counted := func(dir string) int64 {
+		var m dto.Metric
+		if err := srv.metrics.bytesTotal.WithLabelValues(dir).Write(&m); err != nil {
+			t.Fatal(err)
+		}
+		return int64(m.GetCounter().GetValue())
+	}
+	eventuallyTrue(t, "both requests counted", func() bool { return counted("up") == up && counted("down") == cc.n })
 }
