@@ -642,7 +642,15 @@ func (s *Server) writeResponse(w http.ResponseWriter, resp *http.Response, e *up
 			timer.Stop()
 		}()
 	}
-	flusher, _ := w.(http.Flusher)
+	// A failed flush is the client gone as a failed write is: the last
+	// one before the end would otherwise leave the request logged ok.
+	flush, flushEnd := func() error { return nil }, func() error { return nil }
+	switch f := w.(type) {
+	case *h1Writer:
+		flush, flushEnd = f.FlushError, f.flushCommitted
+	case http.Flusher:
+		flush = func() error { f.Flush(); return nil }
+	}
 	bp := bufPool.Get().(*[]byte)
 	defer bufPool.Put(bp)
 	for {
@@ -656,8 +664,8 @@ func (s *Server) writeResponse(w http.ResponseWriter, resp *http.Response, e *up
 			// Flush when the upstream paused (a short read that is not the
 			// end), so streamed responses reach the client as they come;
 			// a body that arrives in one go is written once.
-			if werr == nil && flusher != nil && rerr == nil && n < len(*bp) {
-				flusher.Flush()
+			if werr == nil && rerr == nil && n < len(*bp) {
+				werr = flush()
 			}
 			writing.Store(false)
 			if timer != nil {
@@ -670,6 +678,11 @@ func (s *Server) writeResponse(w http.ResponseWriter, resp *http.Response, e *up
 		}
 		switch {
 		case rerr == io.EOF:
+			// Delivered, not only buffered, before the line says ok.
+			writing.Store(true)
+			if werr := flushEnd(); werr != nil {
+				return total, false, &clientGoneError{err: werr}
+			}
 			return total, false, nil
 		case rerr != nil:
 			return total, cut.Load(), rerr

@@ -128,10 +128,11 @@ type fwdExchange struct {
 // fails before any byte of an answer was closed by the upstream while idle:
 // the request goes again on another one, as net/http's Transport does.
 func (fc *fwdClient) roundTrip(ctx context.Context, x *fwdExchange) (*http.Response, error) {
+	// A kept-alive connection carries requests for one target, also to an
+	// http:// upstream (as curl keeps them): tinyproxy reads only a
+	// connection's first request and then relays raw bytes to its target,
+	// so a request for another host on it would be answered by the first.
 	key := x.addr
-	if fc.proxy {
-		key = ""
-	}
 	for {
 		pc, reused := fc.get(key)
 		if pc == nil {

@@ -627,3 +627,94 @@ func TestReloadFirstByteReachesTransport(t *testing.T) {
 		t.Fatalf("after the reload to first_byte = 300ms, an answer after 1s: %d %q, want slow_body", resp.StatusCode, resp.Header.Get("X-Rotor-Error"))
 	}
 }
+
+// TestForwardHTTPUpstreamConnPerTarget: through an http:// upstream a kept-alive
+// connection carries requests for one target only. tinyproxy reads only a
+// connection's first request and then relays raw bytes to that request's
+// target without saying so: when rotor sent a request for another host on
+// the same connection (one idle pool per upstream), the first target
+// answered it, and every later request through that connection went there.
+func TestForwardHTTPUpstreamConnPerTarget(t *testing.T) {
+	proxy := newRawTarget(t, func(c net.Conn, br *bufio.Reader, rt *rawTarget) {
+		first := ""
+		for {
+			head, err := rt.readHead(br)
+			if err != nil {
+				return
+			}
+			if first == "" {
+				line, _, _ := strings.Cut(head, "\r\n")
+				u, err := url.Parse(strings.Fields(line)[1])
+				if err != nil {
+					return
+				}
+				first = u.Host
+			}
+			if _, err := fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(first), first); err != nil {
+				return
+			}
+		}
+	})
+	srv, _ := startGateway(t, fmt.Sprintf("[pool]\nstart_eligible = true\n[[upstream]]\nurl = \"http://%s\"\nname = \"tiny\"\n", proxy.Addr()))
+	for _, method := range forwardMethods { // the lean path and net/http's Transport
+		client := keepAliveClient(t, srv.Addr("http"))
+		for _, host := range []string{"a.example.test", "b.example.test", "a.example.test", "b.example.test"} {
+			req, _ := http.NewRequest(method, "http://"+host+"/"+method, nil)
+			resp, err := client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if string(body) != host {
+				t.Fatalf("%s for %s answered by %q's connection", method, host, body)
+			}
+		}
+	}
+}
+
+// TestForwardClientGoneAtLastFlush: a client that left while its answer
+// streamed is client_gone even when the write that found it gone was the
+// last before the answer's end (bug: a failed flush was not looked at, and
+// the request was logged ok with bytes it never got).
+func TestForwardClientGoneAtLastFlush(t *testing.T) {
+	left := make(chan struct{})
+	rt := newRawTarget(t, func(c net.Conn, br *bufio.Reader, rt *rawTarget) {
+		if _, err := rt.readHead(br); err != nil {
+			return
+		}
+		_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nfirst\r\n")
+		<-left
+		// The client closed (a FIN: the watch takes it for a half-close):
+		// rotor's next write is taken by the kernel and answered with a
+		// reset, the one after it fails, and is the last before the end,
+		// which comes in a read of its own.
+		for _, chunk := range []string{"6\r\nsecond\r\n", "5\r\nthird\r\n", "0\r\n\r\n"} {
+			time.Sleep(200 * time.Millisecond)
+			_, _ = io.WriteString(c, chunk)
+		}
+	})
+	srv, logs := startGateway(t, "allow_private_destinations = true\n"+listenConf("")+
+		"[pool]\nstart_eligible = true\n[[upstream]]\nurl = \"direct://\"\nname = \"up\"\n")
+	c, err := net.Dial("tcp", srv.Addr("http"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(c, "GET http://%s/ HTTP/1.1\r\nHost: %s\r\n\r\n", rt.Addr(), rt.Addr())
+	br := bufio.NewReader(c)
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		if line == "first\r\n" {
+			break
+		}
+	}
+	c.Close()
+	close(left)
+	eventuallyTrue(t, "the request logged", func() bool { return strings.Contains(logs.String(), `"request forwarded"`) })
+	if !strings.Contains(logs.String(), `"outcome":"client_gone"`) {
+		t.Errorf("want outcome client_gone; logs:\n%s", logs.String())
+	}
+}

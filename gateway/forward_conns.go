@@ -44,7 +44,17 @@ func (s *Server) transport(e *upstream.Endpoint, cfg *Config) http.RoundTripper 
 	}
 	if e.Scheme() == "http" {
 		proxyURL := *e.URL
-		t.Proxy = http.ProxyURL(&proxyURL)
+		// One proxy connection per target, as the lean client keeps them
+		// (fwdClient.roundTrip: tinyproxy relays a connection's later
+		// requests to its first target): the Transport pools connections
+		// by the proxy URL, so each target gets its own, told apart by a
+		// fragment that is never sent (the dial below goes to the proxy's
+		// host, Proxy-Authorization comes from its userinfo).
+		t.Proxy = func(r *http.Request) (*url.URL, error) {
+			u := proxyURL
+			u.Fragment = r.URL.Host
+			return &u, nil
+		}
 		t.DialContext = func(ctx context.Context, network, _ string) (net.Conn, error) {
 			d := net.Dialer{Timeout: key.connect}
 			c, err := d.DialContext(ctx, network, proxyURL.Host)

@@ -831,6 +831,23 @@ func (w *h1Writer) Flush() {
 	w.err = w.hc.bw.Flush()
 }
 
+// FlushError is Flush that says whether the client took the bytes (the
+// interface http.ResponseController looks for).
+func (w *h1Writer) FlushError() error {
+	w.Flush()
+	return w.err
+}
+
+// flushCommitted sends what was written of an answer whose head is out,
+// and says whether the client took it: a small answer still held whole
+// is left to finish, which gives it a Content-Length.
+func (w *h1Writer) flushCommitted() error {
+	if w.committed && w.err == nil && !w.hc.hijacked {
+		w.err = w.hc.bw.Flush()
+	}
+	return w.err
+}
+
 // finish ends the answer after the handler returned.
 func (w *h1Writer) finish() {
 	if w.err != nil || w.aborted {

@@ -375,8 +375,13 @@ func (e *ConnectStatusError) squidErrno() string {
 func (e *ConnectStatusError) rejectsRequest() bool {
 	name, _, _ := strings.Cut(e.SquidError, " ")
 	switch name {
-	case "ERR_INVALID_URL", "ERR_INVALID_REQ", "ERR_UNSUP_REQ", "ERR_UNSUP_HTTPVERSION", "ERR_TOO_BIG", "ERR_PROTOCOL_UNKNOWN":
+	case "ERR_INVALID_URL", "ERR_INVALID_REQ", "ERR_UNSUP_REQ", "ERR_UNSUP_HTTPVERSION", "ERR_PROTOCOL_UNKNOWN":
 		return true
+	case "ERR_TOO_BIG":
+		// 413/414: the request was; 502: the target's answer head was
+		// over squid's reply_header_max_size, which another upstream
+		// may well fetch.
+		return e.StatusCode < 500
 	}
 	switch code := e.StatusCode; {
 	case !e.Plain, code < 400, code > 499:
