@@ -25,7 +25,10 @@ type PoolConfig struct {
 	// WaitForUpstream is how long a client waits for an eligible upstream
 	// when none is, before it gets a clear failure. Default 10s.
 	WaitForUpstream time.Duration `toml:"wait_for_upstream"`
-	// SlowStart is the ramp after a recovered upstream's probe passes.
+	// SlowStart is the ramp of an upstream re-admitted after a failure (its
+	// probe passed, or its cooldown ended with no probe configured); an
+	// upstream that did not fail (a new one, one eligible before a restart)
+	// has none.
 	// Default 30s; "0s" keeps the default, a negative value disables it.
 	SlowStart time.Duration `toml:"slow_start"`
 	// StartEligible makes new upstreams serve before their first probe.
