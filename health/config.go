@@ -17,7 +17,9 @@ type Config struct {
 	Cooldown CooldownConfig
 	// Probe is the [probe] table.
 	Probe ProbeConfig
-	// SlowStart is how long a recovered record's ramp lasts (pool.slow_start).
+	// SlowStart is how long a recovered record's ramp lasts (pool.slow_start):
+	// one re-admitted after a failure set it aside; a first admission and
+	// a record that did not fail have none.
 	// Default 30s; negative disables the ramp.
 	SlowStart time.Duration
 	// SlowStartRate is the ramp's first-second cap on new tunnels. Default 4;

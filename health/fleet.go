@@ -171,13 +171,14 @@ func (t *Tracker) Shared(key string) (rs RemoteState, ok bool) {
 // the record until then (a deadline on the tracker clock, relative to now);
 // one already past makes it probe_allowed, as does a remote probe_allowed
 // (an operator's enable): the probe gate then decides who probes. A remote
-// eligible (a probe passed elsewhere) re-admits the record with slow start
-// and a new streak. A remote disabled disables it with the remote reason.
-// A transition to the state the record is already in (same Until when
-// cooling) changes nothing but the history. The history entry is bounded
-// like a local one; rs.History, when set, replaces the history. A record
-// the config disables is left alone, history included: the config has
-// the last word on disabled. An automatic transition (anything but an
+// eligible (a probe passed elsewhere) re-admits the record with a new
+// streak, and with slow start when it had failed (readmit). A remote
+// disabled disables it with the remote reason. A transition to the state
+// the record is already in (same Until when cooling) changes nothing but
+// the history. The history entry is bounded like a local one;
+// rs.History, when set, replaces the history. A record the config
+// disables is left alone, history included: the config has the last word
+// on disabled. An automatic transition (anything but an
 // operator's disable or enable) never ends an operator's disable, local
 // or applied from the fleet, unless rs.OpAt shows the shared record knows
 // a newer operator action (an enable this instance missed): the fleet's
@@ -223,6 +224,7 @@ func (t *Tracker) ApplyRemote(key string, rs RemoteState) bool {
 		if to != Eligible { // a recovered record keeps its last failure
 			r.reason, r.stage, r.detail = rs.Reason, rs.Stage, detail
 			r.streak = max(rs.Streak, 0)
+			r.failed = r.failed || failedBefore(to, rs.Reason, r.streak)
 		}
 		switch to {
 		case Cooling:

@@ -33,7 +33,8 @@ type queued struct {
 // come due at different times) and from that spacing.
 //
 // With no probe URL, records due for a probe become eligible at once (with
-// slow start), and a warning is logged when Run starts.
+// slow start when a failure set them aside, see readmit), and a warning is
+// logged when Run starts.
 //
 // Each pass of the loop reads the settings once; SetConfig wakes the loop,
 // so a new probe URL, rate or concurrency limit takes effect at the next
@@ -212,16 +213,28 @@ func (t *Tracker) dueProbe(s *settings, it item, now time.Time) (queued, bool) {
 }
 
 // readmit makes r eligible after a passing probe (or without one when none
-// is configured): the streak and failure runs restart and slow start
-// begins, as s configures it. Caller holds r.mu.
+// is configured): the streak and failure runs restart, and when a failure
+// set r aside since its last admission, slow start begins, as s
+// configures it. The ramp protects an upstream that was failing from the
+// whole queue of clients waiting for it; one that did not fail (its first
+// admission, an operator's enable of an upstream disabled while it served,
+// a record eligible before a restart, probed first) needs none. Caller
+// holds r.mu.
 func (t *Tracker) readmit(s *settings, r *Record, now time.Time, detail string, e *effects) {
+	failed := r.failed
+	r.failed = false
 	r.streak = 0
 	r.after = [numClasses]int{}
 	r.consec = [numClasses]int{}
 	r.pending.Store(false)
 	r.deadline, r.until = time.Time{}, time.Time{}
 	t.setState(r, now, Eligible, ClassNone, StageProbe, detail, nil, e)
-	t.startRamp(s, r, now, e)
+	if failed {
+		t.startRamp(s, r, now, e)
+		return
+	}
+	r.ramping.Store(false)
+	r.publish() // setState left the gate asking until the ramp was decided
 }
 
 // readmitQueued re-admits q's record without a probe, for records queued

@@ -5,11 +5,12 @@ import (
 	"time"
 )
 
-// ramp is a record's slow start after a passing probe (issue 3): in the
-// k-th second after recovery (k from 0) at most SlowStartRate×2^k new
-// tunnels are admitted, until Config.SlowStart has elapsed. Seconds are
-// counted from the recovery instant on the tracker clock, not from wall
-// clock second boundaries, so the first window is a full second.
+// ramp is a record's slow start when it is re-admitted after a failure
+// set it aside (issue 3; readmit says when): in the k-th second after
+// recovery (k from 0) at most SlowStartRate×2^k new tunnels are admitted,
+// until Config.SlowStart has elapsed. Seconds are counted from the
+// recovery instant on the tracker clock, not from wall clock second
+// boundaries, so the first window is a full second.
 type ramp struct {
 	start  time.Time // recovery instant (tracker clock)
 	window int64     // index of the current one-second window

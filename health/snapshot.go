@@ -187,6 +187,26 @@ func (r *Record) snapshot(now time.Time, slowStart time.Duration) Snapshot {
 	return s
 }
 
+// failedBefore tells, for a record known only from a snapshot (a state
+// file, the removed set) or from another instance, whether a failure set
+// it aside since its last admission, so that its next admission ramps
+// (Record.failed): cooling says so; probe_allowed says so when it cooled
+// since its last passing probe (a record eligible before a restart comes
+// back probe_allowed with no streak, as does a new one); disabled says so
+// when it cooled first or permanent_after disabled it (its reason is then
+// the failure's, not operator).
+func failedBefore(st State, reason Class, streak int) bool {
+	switch st {
+	case Cooling:
+		return true
+	case ProbeAllowed:
+		return streak > 0
+	case Disabled:
+		return streak > 0 || (reason != ClassNone && reason != Operator)
+	}
+	return false
+}
+
 // Restore applies a persisted snapshot to the existing record for key
 // (state_file on start-up, issue 6) and reports whether the record exists.
 // Counters, history, streak, last failure and per-target cooldowns are
@@ -199,7 +219,8 @@ func (r *Record) snapshot(now time.Time, slowStart time.Duration) Snapshot {
 //     are probed soon;
 //   - eligible keeps the record's start state (probe_allowed unless
 //     Config.StartEligible): it was eligible before the restart, but
-//     nothing unverified serves traffic.
+//     nothing unverified serves traffic. It did not fail, so once
+//     admitted it serves without a slow-start ramp.
 //
 // A state change is recorded in the history as "restored from state file".
 func (t *Tracker) Restore(key string, s Snapshot) bool {
@@ -226,6 +247,7 @@ func (t *Tracker) restore(r *Record, s Snapshot, detail string, keepEligible boo
 	}
 	r.reason, r.stage, r.detail = s.Reason, s.Stage, truncate(s.Detail, maxDetail)
 	r.streak = max(s.Streak, 0)
+	r.failed = failedBefore(s.State, s.Reason, r.streak)
 	r.successes.Store(s.Successes)
 	if !s.LastSuccess.IsZero() {
 		r.lastSuccess.Store(s.LastSuccess.UnixNano())

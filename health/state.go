@@ -63,6 +63,12 @@ type Record struct {
 	// streak counts coolings since the last passing probe; it drives the
 	// geometric growth of the cooldown.
 	streak int
+	// failed says a failure set r aside (cooling, or disabled by
+	// permanent_after) since it was last admitted: its next admission
+	// starts a slow-start ramp (readmit). A record that did not fail (a
+	// new one, one an operator disabled while it served, one eligible
+	// before a restart) serves at full rate as soon as it is admitted.
+	failed bool
 	// after counts failures per class since the last success or cooling,
 	// for ClassPolicy.After.
 	after [numClasses]int
@@ -177,6 +183,7 @@ func (t *Tracker) setState(r *Record, now time.Time, to State, reason Class, sta
 func (t *Tracker) cool(s *settings, r *Record, now time.Time, class Class, stage Stage, detail string, err error, e *effects) {
 	r.reason, r.stage, r.detail = class, stage, detail
 	r.after = [numClasses]int{}
+	r.failed = true
 	if pa := s.policy.For(class).PermanentAfter; pa > 0 && r.consec[class] >= pa {
 		r.deadline, r.until = time.Time{}, time.Time{}
 		t.setState(r, now, Disabled, class, stage, detail, err, e)

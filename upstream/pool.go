@@ -25,7 +25,10 @@ type PoolConfig struct {
 	// WaitForUpstream is how long a client waits for an eligible upstream
 	// when none is, before it gets a clear failure. Default 10s.
 	WaitForUpstream time.Duration `toml:"wait_for_upstream"`
-	// SlowStart is the ramp after a recovered upstream's probe passes.
+	// SlowStart is the ramp of an upstream re-admitted after a failure (its
+	// probe passed, or its cooldown ended with no probe configured); an
+	// upstream that did not fail (a new one, one eligible before a restart)
+	// has none.
 	// Default 30s; "0s" keeps the default, a negative value disables it.
 	SlowStart time.Duration `toml:"slow_start"`
 	// StartEligible makes new upstreams serve before their first probe.
@@ -150,10 +153,33 @@ type Pool struct {
 	mu sync.Mutex // serialises Update
 	// mu guards the fields below.
 	byKey   map[string]*Endpoint
+	gone    map[string]goneLoad // counters of removed endpoints, by identity (see Update)
 	dialCfg DialConfig
 	dialGen uint64 // bumped when dialCfg changes: endpoints of older generations are rebuilt
 	slab    []load // unused loads of the current chunk, see newLoad
 }
+
+// goneLoad is what Update keeps of an endpoint it removed: the counters
+// its open tunnels still release, and its rate bucket. An upstream put
+// back gets them again, as the tracker gives it its record back: the
+// tunnels opened before its removal still count against its max_conns,
+// and the tunnels it started in the last second against its rate.
+type goneLoad struct {
+	ld    *load
+	limit *rateLimiter // nil when rate was 0
+	rate  float64
+	at    time.Time // removal, on the pool's clock
+}
+
+// goneKeep is how long Update keeps a removed endpoint's counters with no
+// tunnel open: as long as the tracker keeps its record (health's
+// goneKeep). While its tunnels are open they are kept whatever their age,
+// since an upstream put back must count them against its max_conns.
+// goneMax bounds how many idle ones are kept, as health bounds records.
+const (
+	goneKeep = 15 * time.Minute
+	goneMax  = 200_000
+)
 
 // loadChunk is how many loads newLoad allocates at once.
 const loadChunk = 1024
@@ -188,7 +214,7 @@ func NewPool(cfg PoolConfig, dial DialConfig, tr *health.Tracker, clock health.C
 	if dial.HandshakeTimeout == 0 {
 		dial.HandshakeTimeout = cfg.HandshakeTimeout
 	}
-	p := &Pool{tr: tr, clock: clock, log: log, byKey: map[string]*Endpoint{}, dialCfg: dial}
+	p := &Pool{tr: tr, clock: clock, log: log, byKey: map[string]*Endpoint{}, gone: map[string]goneLoad{}, dialCfg: dial}
 	p.settings.Store(&poolSettings{cfg: cfg, strategy: st})
 	p.sessions = newSessions(cfg.SessionTTL, maxSessions, clock)
 	p.set.Store(newSet(nil))
@@ -249,8 +275,13 @@ func (p *Pool) Lookup(name string) *Endpoint { return p.set.Load().byName[name] 
 // unchanged keep their health record (state, counters, history), their
 // open-tunnel count and latency, and their rate bucket when the rate did
 // not change; an entry whose whole spec is unchanged keeps its *Endpoint.
-// New ones are added to the tracker; removed ones are dropped from it. It
-// returns the names added and removed.
+// New ones are added to the tracker; removed ones are dropped from it. An
+// identity removed and put back within goneKeep, or while tunnels opened
+// before its removal are still open, gets its open-tunnel count, latency
+// and (same rate) rate bucket back, as the tracker gives it its record
+// back: a config saved in two writes must not let max_conns or rate be
+// exceeded. It returns the names added and removed (one put back is
+// added).
 //
 // Unnamed specs are named host:port, or user@host:port when several share
 // a host:port (session-in-username providers: identity includes the
@@ -294,7 +325,16 @@ func (p *Pool) Update(specs []Spec) (added, removed []string, err error) {
 				e.limit = old.limit
 			}
 		default:
-			e.ld = p.newLoad()
+			if g, ok := p.gone[key]; ok {
+				// Removed by an earlier Update: its open tunnels and
+				// its last second's starts still count.
+				e.ld = g.ld
+				if g.rate == s.Rate {
+					e.limit = g.limit
+				}
+			} else {
+				e.ld = p.newLoad()
+			}
 			added = append(added, e.Name)
 		}
 		if s.Rate > 0 && e.limit == nil {
@@ -307,20 +347,43 @@ func (p *Pool) Update(specs []Spec) (added, removed []string, err error) {
 		}
 		next = append(next, e)
 	}
+	now := p.clock.Now()
 	for _, old := range p.set.Load().eps { // in pool order, so logs list them as the config did
 		if !keys[old.Key] {
 			removed = append(removed, old.Name)
 			p.tr.Remove(old.Key)
+			p.gone[old.Key] = goneLoad{ld: old.ld, limit: old.limit, rate: old.Rate, at: now}
 		}
 	}
 	p.byKey = make(map[string]*Endpoint, len(next))
 	for _, e := range next {
 		p.byKey[e.Key] = e
+		delete(p.gone, e.Key) // back: its counters are in use again
 	}
+	p.sweepGone(now)
 	s := newSet(next)
 	s.bind(p.tr)
 	p.set.Store(s)
 	return added, removed, nil
+}
+
+// sweepGone drops the kept counters of removed endpoints that have no
+// tunnel open and were removed goneKeep or more ago, then, above goneMax,
+// arbitrary ones with no tunnel open. Caller holds p.mu.
+func (p *Pool) sweepGone(now time.Time) {
+	for k, g := range p.gone {
+		if g.ld.active.Load() <= 0 && now.Sub(g.at) >= goneKeep {
+			delete(p.gone, k)
+		}
+	}
+	for k, g := range p.gone {
+		if len(p.gone) <= goneMax {
+			break
+		}
+		if g.ld.active.Load() <= 0 {
+			delete(p.gone, k)
+		}
+	}
 }
 
 // same reports whether e was built from a spec equal to s (credentials
