@@ -126,11 +126,10 @@ func TestH1SlowReaderIsNotCut(t *testing.T) {
 	}
 }
 
-// sendLimit extends its deadline while the reader takes bytes, so one
-// write may outlast the limit many times over; once the reader takes
-// nothing for the limit, the write fails and the running request is
-// cancelled, naming the stall as the cause. (A pipe has no socket to ask:
-// the bytes each wait moved stand for progress, as off Linux.)
+// sendLimit gives each write the limit: a reader slow enough to take a
+// write within it is not cut, however many writes the answer takes; one
+// that takes a write's bytes too slowly, or nothing, fails that write,
+// and the running request is cancelled, naming the stall as the cause.
 func TestSendLimit(t *testing.T) {
 	a, b := net.Pipe()
 	t.Cleanup(func() { a.Close(); b.Close() })
@@ -139,11 +138,11 @@ func TestSendLimit(t *testing.T) {
 	hc := &h1Conn{c: a, cancel: cancel}
 	l := &sendLimit{hc: hc, idle: time.Second}
 	read := make(chan int, 1)
-	go func() { // owner: this test; ends when the pipe is closed or 32 reads were made
+	go func() { // owner: this test; ends when the pipe is closed or 40 reads were made
 		n := 0
 		p := make([]byte, 512)
-		for i := 0; i < 32; i++ { // net.Pipe buffers nothing: 100 ms per 512 bytes
-			time.Sleep(100 * time.Millisecond)
+		for i := 0; i < 40; i++ { // net.Pipe buffers nothing: 50 ms per 512 bytes
+			time.Sleep(50 * time.Millisecond)
 			m, err := b.Read(p)
 			n += m
 			if err != nil {
@@ -152,36 +151,39 @@ func TestSendLimit(t *testing.T) {
 		}
 		read <- n
 	}()
-	p := make([]byte, 16<<10) // 32 reads: about 3 send limits
-	if n, err := l.Write(p); n != len(p) || err != nil {
-		t.Fatalf("a write to a slow reader: %d, %v, want all %d bytes", n, err, len(p))
+	p := make([]byte, 2048) // 0.2 s a write: 10 writes, 2 s, twice the limit
+	for i := 0; i < 10; i++ {
+		if n, err := l.Write(p); n != len(p) || err != nil {
+			t.Fatalf("write %d to a slow reader: %d, %v, want all %d bytes", i, n, err, len(p))
+		}
 	}
-	if n := <-read; n != len(p) {
-		t.Fatalf("the reader got %d bytes, want %d", n, len(p))
+	if n := <-read; n != 10*len(p) {
+		t.Fatalf("the reader got %d bytes, want %d", n, 10*len(p))
 	}
 	if ctx.Err() != nil {
 		t.Fatalf("the request was cancelled: %v", context.Cause(ctx))
 	}
-	// A wait without progress long ago, then bytes taken: the next write
-	// that waits starts a new clock (it used to fail at once, its
-	// deadline already past).
-	l.since, l.moved = time.Now().Add(-time.Hour), time.Now().Add(-time.Minute)
-	go func() { // owner: this test; ends after one read
-		time.Sleep(200 * time.Millisecond)
-		m, _ := b.Read(make([]byte, 1024))
-		read <- m
+	// A reader that takes a write's bytes over more than the limit.
+	go func() { // owner: this test; ends after 4 reads or when the pipe is closed
+		n := 0
+		for i := 0; i < 4; i++ {
+			time.Sleep(400 * time.Millisecond)
+			m, err := b.Read(make([]byte, 512))
+			n += m
+			if err != nil {
+				break
+			}
+		}
+		read <- n
 	}()
-	if n, err := l.Write(p[:1024]); n != 1024 || err != nil {
-		t.Fatalf("a write after an old wait: %d, %v, want all 1024 bytes", n, err)
-	}
-	<-read
-	// Nobody reads now.
-	if n, err := l.Write(p); n != 0 || !errors.Is(err, errClientStalled) {
-		t.Fatalf("a write nobody reads: %d, %v, want 0 and errClientStalled", n, err)
+	if _, err := l.Write(p); !errors.Is(err, errClientStalled) {
+		t.Fatalf("a write taken over 1.6 s with a 1 s limit: %v, want errClientStalled", err)
 	}
 	if err := context.Cause(ctx); !errors.Is(err, errClientStalled) {
 		t.Fatalf("the request's cause is %v, want errClientStalled", err)
 	}
+	b.Close()
+	<-read
 }
 
 // A request head that began but is not all there when its deadline
@@ -239,5 +241,41 @@ func TestH1CutHeadIs408(t *testing.T) {
 			io.WriteString(c, tc.sent)
 			wantClosed(t, c, br)
 		})
+	}
+}
+
+// TestH1StalledClientCutAtTheLimit: a client that takes nothing is cut
+// once the limit ran out, not twice the limit: the data that left as the
+// first blocked write began (room the client had made before it stopped)
+// was taken for the client reading, and the clock started over (a real
+// 60 s limit cut such clients after 120 s).
+func TestH1StalledClientCutAtTheLimit(t *testing.T) {
+	const idle = 2 * time.Second
+	ended := make(chan struct{})
+	rt := newRawTarget(t, func(c net.Conn, br *bufio.Reader, rt *rawTarget) {
+		if _, err := rt.readHead(br); err != nil {
+			return
+		}
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 1099511627776\r\n\r\n")
+		buf := make([]byte, 32<<10)
+		for {
+			if _, err := c.Write(buf); err != nil {
+				close(ended)
+				return
+			}
+		}
+	})
+	srv, _ := sendGateway(t, idle)
+	c, _ := h1Dial(t, srv)
+	start := time.Now()
+	fmt.Fprintf(c, "GET http://%s/big.bin HTTP/1.1\r\nHost: %s\r\n\r\n", rt.Addr(), rt.Addr())
+	select {
+	case <-ended:
+	case <-time.After(30 * time.Second):
+		t.Fatal("a client that reads nothing is not cut after 30s")
+	}
+	// Generous for a loaded machine, well short of twice the limit.
+	if took := time.Since(start); took > idle*7/4 {
+		t.Errorf("cut after %v, want about the %v limit (not twice it)", took.Round(10*time.Millisecond), idle)
 	}
 }
