@@ -35,6 +35,9 @@ type clientFailure struct {
 //     address type (SOCKS5 reply 8, an IPv6 target through an IPv4-only
 //     proxy) SOCKS 0x08, HTTP 502;
 //   - every attempt failed on the upstreams themselves: SOCKS 0x01, HTTP 502;
+//   - rotor's own machine could not dial (upstream.ErrLocalResource:
+//     out of file descriptors, ports, memory): SOCKS 0x01, HTTP 503,
+//     X-Rotor-Error: overloaded; no upstream is blamed;
 //   - the request was cancelled (its client left, or rotor is shutting
 //     down): SOCKS 0x01, HTTP 503, X-Rotor-Error: canceled. It is nobody's
 //     failure, least of all an upstream's.
@@ -57,6 +60,10 @@ func explain(err error) clientFailure {
 	var ae *upstream.AttemptsError
 	if errors.As(err, &ae) {
 		name = ae.Last().Upstream
+	}
+	if errors.Is(err, upstream.ErrLocalResource) {
+		return clientFailure{SOCKS: repGeneralFailure, Status: http.StatusServiceUnavailable, Header: "overloaded",
+			Reason: "rotor is out of a local resource (file descriptors, ports or memory; no upstream is blamed): " + err.Error()}
 	}
 	if errors.Is(err, upstream.ErrInvalidTarget) {
 		return clientFailure{SOCKS: repHostUnreachable, Status: http.StatusBadRequest, Header: "bad_request",

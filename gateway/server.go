@@ -55,6 +55,8 @@ type Server struct {
 	tunnels       registry
 	reactor       *splice.Reactor // parks idle tunnel directions; nil: a goroutine per direction
 	connID        atomic.Uint64
+	acceptErrAt   atomic.Int64 // UnixNano of the last "accept failed" line
+	acceptErrs    atomic.Int64 // failed accepts not logged since
 	metrics       *metrics
 	limits        *connLimits
 	transports    sync.Map     // trKey → *http.Transport, fwdKey → *fwdClient

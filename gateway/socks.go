@@ -59,6 +59,7 @@ func (s *Server) acceptSOCKS(ln net.Listener) {
 // accept returns the front's next connection, backing off on temporary
 // errors (EMFILE and friends) instead of spinning; false once ln is closed.
 func (s *Server) accept(ln net.Listener, front string) (net.Conn, bool) {
+	delay := 5 * time.Millisecond
 	for {
 		c, err := ln.Accept()
 		if err == nil {
@@ -72,10 +73,23 @@ func (s *Server) accept(ln net.Listener, front string) (net.Conn, bool) {
 			time.Sleep(10 * time.Millisecond)
 			continue
 		}
-		s.log.Error().Err(err).Str("listener", front).Msg("accept failed")
-		time.Sleep(50 * time.Millisecond)
+		// Out of file descriptors, every accept fails until some close:
+		// one line per acceptLogEvery says so (with how many failed since),
+		// not one per 50 ms per front.
+		if now := time.Now().UnixNano(); now-s.acceptErrAt.Load() >= int64(acceptLogEvery) {
+			s.acceptErrAt.Store(now)
+			s.log.Error().Err(err).Str("listener", front).Int64("failed_since_last", s.acceptErrs.Swap(0)).
+				Msg("accept failed (rotor is short of file descriptors? raise its limit: ulimit -n, LimitNOFILE, docker --ulimit nofile)")
+		} else {
+			s.acceptErrs.Add(1)
+		}
+		time.Sleep(delay)
+		delay = min(2*delay, time.Second)
 	}
 }
+
+// acceptLogEvery spaces the log lines of failing accepts.
+const acceptLogEvery = 10 * time.Second
 
 // serveSOCKS runs one SOCKS5 client connection. go-socks5 parses the
 // greeting, authentication and request; rotor takes over in the Dial hook:

@@ -567,7 +567,8 @@ func (a *Attempts) bindSession(e *Endpoint, hold bool) {
 // Failed reports a failed attempt on e and releases it. It returns nil when
 // the loop may go on, or the error to give the client: the client's own
 // cancellation, or an *AttemptsError after a target failure or a failure
-// the client caused (ClientFault: reported to no record).
+// the client or rotor's own machine caused (noOnesFault: reported to no
+// record).
 //
 // Before reporting, it completes what the dialers and the gateway could
 // not know (classify.go): a proxy's answer to a plain-HTTP request
@@ -591,7 +592,7 @@ func (a *Attempts) Failed(ctx context.Context, e *Endpoint, err error) error {
 	if f.Class == health.Timeout && errors.As(f, &tw) && p.tr.SucceededWithin(e.rec, aliveWindow) {
 		f = &health.Failure{Class: health.TargetTimeout, Stage: health.StageTargetConnect, Target: f.Target, Err: f.Err}
 	}
-	if ClientFault(f) {
+	if noOnesFault(f) {
 		p.tr.Neutral(e.rec)
 		a.list = append(a.list, Attempt{Upstream: e.Name, Failure: f})
 		return &AttemptsError{Attempts: a.list}

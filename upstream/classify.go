@@ -101,6 +101,31 @@ import (
 // proxy's status.
 var ErrRequestRejected = errors.New("the upstream proxy rejected the client's request")
 
+// ErrLocalResource is wrapped by the failure of a dial that rotor's own
+// machine could not make: out of file descriptors (EMFILE, ENFILE), of
+// ephemeral ports (EADDRNOTAVAIL), of socket buffers or memory. It says
+// nothing about the upstream or the target: it is reported to no record
+// (cooling every upstream in turn would leave the pool down after the
+// pressure is gone), no other upstream is tried (it would fail the same
+// way), and the client is told rotor is overloaded.
+var ErrLocalResource = errors.New("rotor is out of a local resource")
+
+// localResource reports an error of rotor's own machine (ErrLocalResource).
+func localResource(err error) bool {
+	for _, errno := range []syscall.Errno{syscall.EMFILE, syscall.ENFILE, syscall.EADDRNOTAVAIL, syscall.ENOBUFS, syscall.ENOMEM} {
+		if errors.Is(err, errno) {
+			return true
+		}
+	}
+	return false
+}
+
+// LocalFailure is the ClassNone failure of a dial rotor's machine could
+// not make (ErrLocalResource), at stage.
+func LocalFailure(err error, stage health.Stage) *health.Failure {
+	return &health.Failure{Class: health.ClassNone, Stage: stage, Err: fmt.Errorf("%w: %w", ErrLocalResource, err)}
+}
+
 // ErrAddrType is wrapped by the failure of an upstream that cannot reach
 // the target's address type (SOCKS5 REP 8, an IPv6 target through an
 // IPv4-only proxy). It cools that upstream for that host only.
@@ -146,6 +171,9 @@ func Classify(err error, stage health.Stage) *health.Failure {
 	}
 	if IsCanceled(err) {
 		return &health.Failure{Class: health.ClassNone, Stage: stage, Err: err}
+	}
+	if localResource(err) {
+		return LocalFailure(err, stage)
 	}
 	var (
 		re *ReplyError
@@ -469,3 +497,8 @@ func RefusalReplyCode(err error) (code byte, ok bool) {
 func ClientFault(err error) bool {
 	return errors.Is(err, ErrInvalidTarget) || errors.Is(err, ErrRequestRejected)
 }
+
+// noOnesFault reports a failure that is neither the upstream's nor the
+// target's, so it is reported to no record and ends the attempts: the
+// client's (ClientFault) or rotor's own machine's (ErrLocalResource).
+func noOnesFault(err error) bool { return ClientFault(err) || errors.Is(err, ErrLocalResource) }

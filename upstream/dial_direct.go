@@ -46,7 +46,8 @@ func (d *directDialer) Dial(network, addr string) (net.Conn, error) {
 //	ENETUNREACH, DNS failure                       target_unreachable/target_connect
 //	timeout                                        target_timeout/target_connect
 //	client cancellation                            none/target_connect
-//	anything else (e.g. EMFILE)                    upstream_error/target_connect
+//	EMFILE, ENFILE, EADDRNOTAVAIL, ENOBUFS, ENOMEM none (ErrLocalResource): rotor's own
+//	anything else                                  upstream_error/target_connect
 func (d *directDialer) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
 	host, _, err := splitTarget(network, addr)
 	if err != nil {
@@ -60,6 +61,9 @@ func (d *directDialer) DialContext(ctx context.Context, network, addr string) (n
 	}
 	c, err := nd.DialContext(ctx, network, addr)
 	if err != nil {
+		if localResource(err) {
+			return nil, LocalFailure(err, health.StageTargetConnect)
+		}
 		return nil, &health.Failure{Class: directClass(err), Stage: health.StageTargetConnect, Target: host, Err: err}
 	}
 	return c, nil
