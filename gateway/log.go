@@ -99,13 +99,15 @@ var errDrainCut = errors.New("cut by the drain: shutdown_grace ran out, or a sec
 
 // drainCut returns errDrainCut for err when the drain cut the request it
 // ended: once the drain stopped waiting (s.cutting), a request cancelled
-// was ended by the drain's own cancel. Any other error is the request's
-// own and is returned as it is.
+// or whose client seems to have gone away was ended by the drain's own
+// cancel and close, which look the same from the request's side. Any
+// other error is the request's own and is returned as it is.
 func (s *Server) drainCut(err error) error {
 	if err == nil || (!s.cutting.Load() && s.ctx.Err() == nil) || errors.Is(err, upstream.ErrNoEligible) {
 		return err
 	}
-	if errors.Is(err, context.Canceled) {
+	var ce *clientBodyError
+	if (errors.As(err, &ce) && ce.fault() == bodyGone) || errors.As(err, new(*clientGoneError)) || errors.Is(err, context.Canceled) {
 		return errDrainCut
 	}
 	return err
