@@ -135,8 +135,15 @@ func (e *clientBodyError) fault() clientBodyFault {
 // clientBodyAnswer tells the client that its request body failed, when
 // no answer has begun: 400 for a malformed or truncated body, 408 for one
 // that stalled (RFC 9110 section 15.5.9). To a client that left it goes
-// nowhere, harmlessly; one that only half-closed reads it.
-func clientBodyAnswer(w http.ResponseWriter, e *clientBodyError, idle time.Duration) {
+// nowhere, harmlessly; one that only half-closed reads it. A body the
+// drain cut (its read side shut, h1Front.cut) is no fault of the client's:
+// it is told 503 canceled, as a client still waiting for an upstream is.
+func (s *Server) clientBodyAnswer(w http.ResponseWriter, e *clientBodyError, idle time.Duration) {
+	if errors.Is(s.drainCut(e), errDrainCut) {
+		cf := explain(context.Canceled)
+		plainError(w, cf.Status, cf.Header, cf.Reason)
+		return
+	}
 	switch e.fault() {
 	case bodyStalled:
 		plainError(w, http.StatusRequestTimeout, "bad_request", "request body stalled: no bytes for "+idle.String())
@@ -189,7 +196,7 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 				// The same answers and log line as a streamed body's
 				// (a stall here is the handshake timeout's).
 				ce := &clientBodyError{err: err}
-				clientBodyAnswer(w, ce, cfg.Listen.HandshakeTimeout)
+				s.clientBodyAnswer(w, ce, cfg.Listen.HandshakeTimeout)
 				s.logForward(id, r, params.User, nil, nil, ce, 0, start)
 				return
 			}
@@ -292,7 +299,7 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 			}
 			if ce != nil {
 				att.Neutral(e)
-				clientBodyAnswer(w, ce, s.h1.bodyIdle)
+				s.clientBodyAnswer(w, ce, s.h1.bodyIdle)
 				s.logForward(id, r, params.User, e, att, ce, 0, start)
 				return
 			}
@@ -385,7 +392,8 @@ func forwardAddr(u *url.URL) string {
 // body (nil when none): while it is still being sent the stall clock does
 // not run (the target may wait for the rest of it), and when reading it
 // failed the answer ends because of the client, which is what is logged
-// and nothing is reported.
+// and nothing is reported. An answer the drain cut looks like one whose
+// client went away here: drainCut logs it as the drain's.
 func (s *Server) relay(ctx context.Context, w http.ResponseWriter, resp *http.Response, e *upstream.Endpoint, target string, stall time.Duration, reqBody *countingBody) (int64, error) {
 	n, stalled, err := s.writeResponse(w, resp, e, stall, reqBody.sending)
 	if err == nil {

@@ -88,6 +88,9 @@ type h1Front struct {
 	conns   map[*h1Conn]struct{}
 	closing bool
 	wg      sync.WaitGroup
+	// ended is closed once every connection has ended after stop (nil
+	// before it).
+	ended chan struct{}
 }
 
 // h1Conn is one client connection of the HTTP front.
@@ -109,6 +112,10 @@ type h1Conn struct {
 	// halfClosed: the client ended its sending side after a complete
 	// request (checkClient saw EOF); the connection closes after the answer.
 	halfClosed atomic.Bool
+	// answered: the running request's answer began (its head is in bw)
+	// or the connection was hijacked. The drain's cut closes such a
+	// connection at once, and lets the others answer first (h1Front.cut).
+	answered atomic.Bool
 
 	wmu    sync.Mutex              // guards the fields below (the client watch)
 	cancel context.CancelCauseFunc // the running request's; nil between requests
@@ -272,38 +279,68 @@ func (f *h1Front) setIdle(hc *h1Conn, idle bool) bool {
 	return !f.closing
 }
 
-// shutdown closes idle connections, lets the others finish their request
-// until ctx ends, then closes them.
-func (f *h1Front) shutdown(ctx context.Context) {
+// stop begins the drain of the front: no connection is added any more,
+// idle ones are closed, and the others end after their request (setIdle).
+// It is called once, by Shutdown.
+func (f *h1Front) stop() {
 	f.mu.Lock()
+	defer f.mu.Unlock()
 	f.closing = true
 	for hc := range f.conns {
 		if hc.idle {
 			_ = hc.c.Close()
 		}
 	}
-	f.mu.Unlock()
-	done := make(chan struct{})
-	go func() { // owner: shutdown; ends when every connection goroutine has ended
-		f.wg.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
+	if f.ended != nil {
 		return
-	case <-ctx.Done():
 	}
+	f.ended = make(chan struct{})
+	go func() { // owner: Shutdown, which waits for ended; ends when every connection goroutine has ended
+		f.wg.Wait()
+		close(f.ended)
+	}()
+}
+
+// wait blocks until every connection has ended (true) or ctx ends
+// (false). stop must have been called.
+func (f *h1Front) wait(ctx context.Context) bool {
+	select {
+	case <-f.ended:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// cut ends the front's connections once the drain's grace is over. The
+// running requests are cancelled: one waiting for an upstream or dialling
+// ends now, and one whose answer has not begun yet is told so (503
+// canceled, as a SOCKS5 client gets 0x01): only its read side is shut, so
+// that a read of its body ends too, and the connection closes after the
+// answer. Every other connection (an answer under way, a tunnel not yet
+// registered, a head being read) is closed at once. cut returns how many
+// requests were running.
+func (f *h1Front) cut() int {
 	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
 	for hc := range f.conns {
-		_ = hc.c.Close()
 		hc.wmu.Lock()
-		if hc.cancel != nil {
-			hc.cancel(nil) // a request waiting for an upstream ends now
+		running := hc.cancel != nil
+		if running {
+			hc.cancel(errDrainCut)
+			hc.cancel = nil
+			n++
 		}
 		hc.wmu.Unlock()
+		if running && !hc.answered.Load() {
+			if tc := tcpOf(hc.c); tc != nil && tc.CloseRead() == nil {
+				continue
+			}
+		}
+		_ = hc.c.Close()
 	}
-	f.mu.Unlock()
-	<-done
+	return n
 }
 
 // serve runs the keep-alive loop: read a request, serve it, until the
@@ -436,6 +473,7 @@ func (hc *h1Conn) serveRequest(req *http.Request) bool {
 	defer cancel(nil)
 	req = req.WithContext(ctx)
 	hc.sl.fixed.Store(false)
+	hc.answered.Store(false)
 	w := &h1Writer{hc: hc, req: req, h: http.Header{}, cl: -1}
 	body := &h1Body{r: req.Body, br: hc.br}
 	body.buffered.Store(int64(hc.br.Buffered()))
@@ -704,6 +742,7 @@ func (w *h1Writer) commit(final bool) {
 		return
 	}
 	w.committed = true
+	w.hc.answered.Store(true)
 	h := w.h
 	req := w.req
 	if !w.noBody && w.cl < 0 {
@@ -864,6 +903,7 @@ func (w *h1Writer) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		return nil, nil, errors.New("hijack after the answer began")
 	}
 	hc.hijacked = true
+	hc.answered.Store(true)
 	hc.s.hijackRelease.Store(hc.c, hc.release)
 	return hc.c, bufio.NewReadWriter(hc.br, hc.bw), nil
 }

@@ -46,6 +46,7 @@ func (s *Server) stallReporter(l *upstream.Lease, addr string) func(*health.Fail
 
 // logTunnel writes the one summary line of a tunnel (SOCKS5 or CONNECT).
 func (s *Server) logTunnel(id uint64, front string, c net.Conn, user, target string, l *upstream.Lease, err error, res relayResult, start time.Time, remote ...string) {
+	err = s.drainCut(err)
 	outcome := "ok"
 	var f *health.Failure
 	switch {
@@ -60,7 +61,7 @@ func (s *Server) logTunnel(id uint64, front string, c net.Conn, user, target str
 	}
 	s.metrics.tunnelDone(front, outcome)
 	ev := s.log.Info()
-	if outcome != "ok" && outcome != "client_gone" && outcome != "shutdown" && !clientRefusal(err) {
+	if outcome != "ok" && !quietOutcome(outcome) && !clientRefusal(err) {
 		ev = s.log.Warn()
 	}
 	client := ""
@@ -91,36 +92,60 @@ func (s *Server) logTunnel(id uint64, front string, c net.Conn, user, target str
 	ev.Msg("tunnel closed")
 }
 
+// errDrainCut is the error of a request the drain cut when
+// shutdown_grace ran out or at a second signal (drainCut): outcome
+// shutdown, as for the tunnels it closes then.
+var errDrainCut = errors.New("cut by the drain: shutdown_grace ran out, or a second signal")
+
+// drainCut returns errDrainCut for err when the drain cut the request it
+// ended: once the drain stopped waiting (s.cutting), a request cancelled
+// or whose client seems to have gone away was ended by the drain's own
+// cancel and close, which look the same from the request's side. Any
+// other error is the request's own and is returned as it is.
+func (s *Server) drainCut(err error) error {
+	if err == nil || (!s.cutting.Load() && s.ctx.Err() == nil) || errors.Is(err, upstream.ErrNoEligible) {
+		return err
+	}
+	var ce *clientBodyError
+	if (errors.As(err, &ce) && ce.fault() == bodyGone) || errors.As(err, new(*clientGoneError)) || errors.Is(err, context.Canceled) {
+		return errDrainCut
+	}
+	return err
+}
+
 // errOutcome is the outcome of a tunnel or request that ended with err
 // before it was served: "unavailable" when nothing was eligible in time,
-// "client_gone" when the client left while rotor waited or dialled, while
-// it sent its request body, or before a forwarded answer reached it whole
-// (its own doing: logged at info, not as a failure; a dial cancelled or
-// an answer cut by shutdown is not that), "bad_request" for a request
-// body that was malformed or stalled (the client's too), else "failed".
+// "shutdown" when the drain cut it (errDrainCut), "client_gone" when the
+// client left while rotor waited or dialled, while it sent its request
+// body, or before a forwarded answer reached it whole (its own doing:
+// logged at info, not as a failure), "bad_request" for a request body
+// that was malformed or stalled (the client's too), else "failed".
+// The log functions pass err through drainCut first.
 func (s *Server) errOutcome(err error) string {
 	var ce *clientBodyError
 	switch {
 	case errors.Is(err, upstream.ErrNoEligible):
 		return "unavailable"
+	case errors.Is(err, errDrainCut):
+		return "shutdown"
 	case errors.As(err, &ce) && ce.fault() != bodyGone:
 		return "bad_request"
-	case errors.As(err, &ce) && s.ctx.Err() == nil:
-		return "client_gone"
-	case errors.As(err, new(*clientGoneError)) && s.ctx.Err() == nil:
-		return "client_gone"
-	case errors.Is(err, context.Canceled) && s.ctx.Err() == nil:
+	case errors.As(err, &ce), errors.As(err, new(*clientGoneError)), errors.Is(err, context.Canceled):
 		return "client_gone"
 	}
 	return "failed"
 }
 
-// clientsOutcome reports whether outcome is the client's own doing, which
-// is logged at info: it is no sign of a problem with rotor or upstreams.
-func clientsOutcome(outcome string) bool { return outcome == "client_gone" || outcome == "bad_request" }
+// quietOutcome reports whether outcome is logged at info: the client's
+// own doing (client_gone, bad_request) or the drain's (shutdown) is no
+// sign of a problem with rotor or upstreams.
+func quietOutcome(outcome string) bool {
+	return outcome == "client_gone" || outcome == "bad_request" || outcome == "shutdown"
+}
 
 // logForward writes the summary line of one forwarded plain-HTTP request.
 func (s *Server) logForward(id uint64, r *http.Request, user string, e *upstream.Endpoint, att *upstream.Attempts, err error, n int64, start time.Time) {
+	err = s.drainCut(err)
 	outcome := "ok"
 	var f *health.Failure
 	if err != nil {
@@ -136,7 +161,7 @@ func (s *Server) logForward(id uint64, r *http.Request, user string, e *upstream
 		up = b.n.Load()
 	}
 	ev := s.log.Info()
-	if err != nil && !clientsOutcome(outcome) && !clientRefusal(err) {
+	if err != nil && !quietOutcome(outcome) && !clientRefusal(err) {
 		ev = s.log.Warn()
 	}
 	ev = ev.Uint64("conn_id", id).Str("listener", "http").Str("client", r.RemoteAddr).Str("target", r.URL.Host).

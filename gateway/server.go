@@ -52,7 +52,17 @@ type Server struct {
 	// runRecord is Options.RunRecord: written by Start, removed by Shutdown.
 	runRecord string
 
-	tunnels       registry
+	tunnels registry
+	// dials holds the SOCKS5 requests past their handshake that wait for
+	// an upstream or dial one (socksTunnel): the drain waits for them, as
+	// it waits for the HTTP front's connections (h1), and cancels those
+	// left when its grace runs out.
+	dials registry
+	// cutting is set when the drain stops waiting (shutdown_grace over,
+	// or a second signal), before it cancels and closes what remains:
+	// what ends from then on as cancelled, or as a client that went away,
+	// was cut by the drain (outcome shutdown, drainCut), not by its client.
+	cutting       atomic.Bool
 	reactor       *splice.Reactor // parks idle tunnel directions; nil: a goroutine per direction
 	connID        atomic.Uint64
 	acceptErrAt   atomic.Int64 // UnixNano of the last "accept failed" line
@@ -350,36 +360,38 @@ func (s *Server) closeListeners(names ...string) {
 	}
 }
 
-// Shutdown stops accepting, lets open tunnels finish until ctx ends, then
-// force-closes what remains, stops the prober and writes the state file.
-// The admin listener stays up until the end, so /metrics can be scraped
-// through the drain while /healthz answers 503 "shutting down"; cancelling
-// ctx ends the drain at once. It returns once every goroutine the server
-// started has ended.
+// Shutdown stops accepting, lets open tunnels and the requests in
+// progress on either front (waiting for an upstream, dialling one, or
+// relaying a forwarded answer) finish until ctx ends, then cuts what
+// remains, stops the prober and writes the state file. The admin listener
+// stays up until the end, so /metrics can be scraped through the drain
+// while /healthz answers 503 "shutting down"; cancelling ctx ends the
+// drain at once. It returns once every goroutine the server started has
+// ended.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.draining.Store(true)
 	s.closeListeners("socks5", "http")
 	// SOCKS5 clients still in their handshake have no tunnel to finish
 	// (like the HTTP front's idle keep-alives): closed now, not when
-	// listen.handshake_timeout ends them.
+	// listen.handshake_timeout ends them. One whose handshake ended
+	// first is in s.dials already (serveSOCKS), so the wait sees it.
 	s.socksHS.closeAll()
-	var hwg sync.WaitGroup
-	hwg.Add(1)
-	go func() { // owner: Shutdown; ends when the HTTP front's connections have ended
-		defer hwg.Done()
-		s.h1.shutdown(ctx)
-	}()
-	if !s.tunnels.wait(ctx) {
-		s.closeTunnels(ctx)
+	s.h1.stop()
+	// The requests on both fronts are waited for before anything is
+	// cancelled: a client waiting for an upstream keeps its
+	// pool.wait_for_upstream on the SOCKS5 front as on the HTTP front.
+	if !s.h1.wait(ctx) || !s.dials.wait(ctx) || !s.tunnels.wait(ctx) {
+		s.cut(ctx)
 	}
-	hwg.Wait()
-	s.cancel() // ends SOCKS5 handshakes and upstream waits still in progress, and the prober
+	<-s.h1.ended
+	s.cancel() // ends the prober (and anything still waiting on s.ctx)
 	s.wg.Wait()
-	// Both fronts answer a client before its tunnel is registered, so a
-	// tunnel may have opened after the registry was seen empty (or closed).
-	// No handler is left to open another: this wait is the last, and exact.
+	// The SOCKS5 front answers a client before its tunnel is registered,
+	// so a tunnel may have opened after the registry was seen empty (or
+	// cut). No handler is left to open another: this wait is the last,
+	// and exact.
 	if !s.tunnels.wait(ctx) {
-		s.closeTunnels(ctx)
+		s.cut(ctx)
 	}
 	s.tunnelWG.Wait()
 	if s.reactor != nil {
@@ -394,17 +406,24 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	return nil
 }
 
-// closeTunnels force-closes the open tunnels once ctx ended the drain.
-func (s *Server) closeTunnels(ctx context.Context) {
-	n := s.tunnels.closeAll()
-	if n == 0 {
+// cut ends what the drain still holds once ctx ended it: the requests in
+// progress on either front are cancelled (a client still waiting for an
+// upstream gets 0x01 / 503 canceled; a forwarded answer is cut short) and
+// the open tunnels force-closed; each one's line says outcome shutdown.
+// One line counts both, tunnels and requests apart; a request or tunnel
+// an earlier cut closed is not counted again.
+func (s *Server) cut(ctx context.Context) {
+	s.cutting.Store(true) // before anything is cut: see drainCut
+	requests := s.h1.cut() + s.dials.closeAll()
+	tunnels := s.tunnels.closeAll()
+	if requests == 0 && tunnels == 0 {
 		return
 	}
 	msg := "shutdown grace over: closing open tunnels"
 	if errors.Is(ctx.Err(), context.Canceled) {
 		msg = "drain ended early: closing open tunnels" // a second signal
 	}
-	s.log.Warn().Int("tunnels", n).Msg(msg)
+	s.log.Warn().Int("requests", requests).Int("tunnels", tunnels).Msg(msg)
 }
 
 // closeAdmin shuts the admin listener's server down: requests in flight

@@ -168,13 +168,20 @@ func (s *Server) serveSOCKS(c net.Conn, release func()) {
 		Resolver:    noResolve{},
 		Logger:      log.New(io.Discard, "", 0),
 		Dial: func(_ context.Context, _, addr string) (net.Conn, error) {
+			// The request joins s.dials before it leaves the handshakes:
+			// the drain closes these, then waits for those, and so sees
+			// it in one or the other.
+			ctx, cancel := context.WithCancel(s.ctx)
+			defer cancel()
+			s.dials.add(id, cancel)
+			defer s.dials.remove(id)
 			if !leave() {
 				return nil, errHandled // the drain closed c: nothing to answer
 			}
 			handled = true
 			_ = c.SetDeadline(time.Time{})
 			cc.hijack()
-			detached = s.socksTunnel(id, c, cc.leftover(userPass), parseUser(user), addr, release)
+			detached = s.socksTunnel(ctx, id, c, cc.leftover(userPass), parseUser(user), addr, release)
 			return nil, errHandled
 		},
 	}
@@ -248,7 +255,9 @@ func readGreeting(r io.Reader) ([]byte, int, error) {
 var errBadTarget = errors.New("invalid target")
 
 // socksTunnel dials the target through the pool and starts the relay. It
-// reports whether a tunnel now owns c (and will call release).
+// reports whether a tunnel now owns c (and will call release). ctx is the
+// request's, in s.dials until the dial is over: the drain waits for it up
+// to shutdown_grace, as for a request on the HTTP front, then cancels it.
 //
 // A target that is not a valid host (see validTargetHost) is answered
 // 0x04 host unreachable before any upstream is picked. The check for
@@ -257,7 +266,7 @@ var errBadTarget = errors.New("invalid target")
 // While rotor waits for an upstream and dials, a clientWatch cancels the
 // dial when the client leaves, which the pool reports to health as
 // neither success nor failure.
-func (s *Server) socksTunnel(id uint64, c net.Conn, pending []byte, params userParams, addr string, release func()) bool {
+func (s *Server) socksTunnel(ctx context.Context, id uint64, c net.Conn, pending []byte, params userParams, addr string, release func()) bool {
 	start := time.Now()
 	if s.selfTarget(addr) {
 		_, _ = c.Write(socksReply(repNotAllowed, nil))
@@ -277,11 +286,12 @@ func (s *Server) socksTunnel(id uint64, c net.Conn, pending []byte, params userP
 		return false
 	}
 	req := upstream.Request{Addr: addr, Tags: params.Tags, Session: params.Session}
-	ctx, cancel := context.WithCancel(s.ctx)
+	ctx, cancel := context.WithCancel(ctx)
 	w := watchClient(c, cancel)
 	lease, err := s.pool.Dial(ctx, req)
 	w.stop()
 	cancel()
+	s.dials.remove(id) // a tunnel from here on: the drain counts it there
 	if err != nil {
 		_, _ = c.Write(socksReply(socksCode(err), nil))
 		_ = c.Close()
