@@ -367,9 +367,9 @@ func (a *Attempts) Next(ctx context.Context) (e *Endpoint, err error) {
 			a.tried = append(a.tried, e)
 			return e, nil
 		}
-		if len(a.tried) > 0 {
-			break
-		}
+		// After a failed attempt, no other upstream to try now: wait for
+		// one as a first pick does, within the same wait_for_upstream
+		// (one that failed only for this host is still no candidate).
 		if len(a.req.Tags) > 0 && len(p.set.Load().viewOf(a).idx) == 0 {
 			// No upstream carries these tags: no state change can help,
 			// only a reload, and waiting wait_for_upstream for one tells
@@ -391,6 +391,9 @@ func (a *Attempts) Next(ctx context.Context) (e *Endpoint, err error) {
 			retry = p.clock.After(a.rateWait)
 		}
 		if err := p.wait(ctx, changed, freed, retry, a.waitTimer); err != nil {
+			if errors.Is(err, ErrNoEligible) && len(a.tried) > 0 {
+				break // what failed says more than that nothing else came
+			}
 			if errors.Is(err, ErrNoEligible) {
 				return nil, a.noEligible(err)
 			}

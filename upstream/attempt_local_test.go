@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/rotor-proxy/rotor/health"
 	"github.com/rotor-proxy/rotor/upstream/upstreamtest"
@@ -72,4 +73,65 @@ func withoutFDs(t *testing.T, f func()) {
 		}
 	}()
 	f()
+}
+
+// TestRetryWaitsForAnotherUpstream: when an attempt failed and no other
+// upstream is eligible, the request waits for one within
+// wait_for_upstream, as a first pick does, and is served by it (bug: it
+// failed at once with "all 1 attempts failed", though the client had
+// wait_for_upstream to spare and an upstream came back a moment later).
+func TestRetryWaitsForAnotherUpstream(t *testing.T) {
+	target, addr := upstreamtest.ListenerAddr(t)
+	go func() { // owner: the test; ends when the listener closes at cleanup
+		for {
+			c, err := target.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	bad := upstreamtest.NewSOCKS5(t, upstreamtest.Options{Mode: upstreamtest.Mode{Fault: upstreamtest.Refuse}})
+	good := upstreamtest.NewSOCKS5(t, upstreamtest.Options{})
+	tp := newTestPool(t, PoolConfig{Strategy: "round-robin", MaxAttempts: 3, WaitForUpstream: 20 * time.Second}, nil,
+		Spec{Name: "bad", URL: bad.URL()}, Spec{Name: "good", URL: good.URL()})
+	tp.disable(t, "good")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go tp.tr.Run(ctx) // owner: the test; ends with ctx
+	type result struct {
+		l   *Lease
+		err error
+	}
+	done := make(chan result, 1)
+	go func() { // owner: the test; ends with the Dial
+		l, err := tp.Dial(ctx, Request{Addr: addr})
+		done <- result{l, err}
+	}()
+	badRec := tp.Lookup("bad").Record()
+	for i := 0; tp.tr.Eligible(badRec); i++ {
+		if i > 1000 {
+			t.Fatal("the bad upstream never failed")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	select {
+	case r := <-done:
+		t.Fatalf("the request ended once the only eligible upstream failed: %v", r.err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	tp.tr.Enable(tp.Lookup("good").Record())
+	select {
+	case r := <-done:
+		if r.err != nil {
+			t.Fatalf("Dial: %v, want the upstream that came back", r.err)
+		}
+		if r.l.Endpoint.Name != "good" {
+			t.Errorf("served by %s, want good", r.l.Endpoint.Name)
+		}
+		r.l.Conn.Close()
+		r.l.Done()
+	case <-time.After(15 * time.Second):
+		t.Fatal("the request still waits 15s after an upstream came back")
+	}
 }
