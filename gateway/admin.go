@@ -20,6 +20,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -214,9 +215,7 @@ func (s *Server) serveDisable(w http.ResponseWriter, r *http.Request, e *upstrea
 	var body struct {
 		Detail string `json:"detail"`
 	}
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxReportBody))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&body); err != nil && !errors.Is(err, io.EOF) {
+	if err := decodeBody(w, r, &body); err != nil && !errors.Is(err, io.EOF) {
 		writeError(w, http.StatusBadRequest, "invalid body: want no body or JSON {\"detail\": \"why\"}: "+err.Error())
 		return
 	}
@@ -227,6 +226,29 @@ func (s *Server) serveDisable(w http.ResponseWriter, r *http.Request, e *upstrea
 	s.tr.Disable(e.Record(), detail)
 	s.log.Info().Str("upstream", e.Name).Str("client", r.RemoteAddr).Str("detail", detail).Msg("admin: upstream disabled")
 	writeJSON(w, http.StatusOK, s.record(e))
+}
+
+// decodeBody decodes r's body, at most maxReportBody bytes, as one JSON
+// object into v: a field v does not have, or anything but white space
+// after the object ('{"class":"refused"} {"x":1}', '{...}xxxx'), is an
+// error, so a body that is not what the client meant is never half
+// applied. An empty body is io.EOF.
+func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxReportBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	// A second Decode reads the next value: io.EOF when nothing but
+	// white space follows; a syntax error for garbage.
+	switch err := dec.Decode(new(json.RawMessage)); {
+	case errors.Is(err, io.EOF):
+		return nil
+	case err != nil:
+		return fmt.Errorf("after the JSON object: %w", err)
+	default:
+		return errors.New("more than one JSON value: send one object")
+	}
 }
 
 // serveEnable moves a disabled or cooling upstream to probe_allowed: it
@@ -253,9 +275,7 @@ type reportBody struct {
 // class's cooldown policy and scope apply.
 func (s *Server) serveReport(w http.ResponseWriter, r *http.Request, e *upstream.Endpoint) {
 	var body reportBody
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxReportBody))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&body); err != nil {
+	if err := decodeBody(w, r, &body); err != nil {
 		writeError(w, http.StatusBadRequest, "invalid body: want JSON {\"class\", \"detail\", \"target\", \"stage\"}: "+err.Error())
 		return
 	}
