@@ -372,6 +372,17 @@ func TestAdminReport(t *testing.T) {
 		{name: "a second object after the body", body: `{"class":"target_http_error"} {"x":1}`, wantCode: 400},
 		{name: "garbage after the body", body: `{"class":"refused"}xxxx`, wantCode: 400},
 		{name: "white space after the body", body: "{\"class\":\"refused\"} \r\n\t", wantCode: 200, wantState: "cooling", wantClass: "refused", wantSt: "dial"},
+		// Bug: port 0 was taken (README: a port 0 is no target port).
+		{name: "a target with port 0", body: `{"class":"target_http_error","target":"127.0.0.1:0"}`, wantCode: 400},
+		{name: "a target with a port past 65535", body: `{"class":"target_http_error","target":"shop.example:65536"}`, wantCode: 400},
+		{name: "a target with an empty port", body: `{"class":"target_http_error","target":"shop.example:"}`, wantCode: 400},
+		{name: "a URL with port 0", body: `{"class":"target_http_error","target":"http://shop.example:0/ban"}`, wantCode: 400},
+		{name: "a URL with its port", body: `{"class":"target_http_error","target":"https://Shop.Example:8443/ban"}`,
+			wantCode: 200, wantState: "eligible", wantClass: "target_http_error", wantSt: "http_status", wantTarget: "shop.example"},
+		// Bug: a client could report at rotor's own stages, and its report
+		// showed in the history as a failed probe.
+		{name: "stage probe is rotor's", body: `{"class":"refused","stage":"probe"}`, wantCode: 400},
+		{name: "stage operator is rotor's", body: `{"class":"refused","stage":"operator"}`, wantCode: 400},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -411,14 +422,18 @@ func TestAdminReport(t *testing.T) {
 }
 
 // TestAdminBodyErrorMessages: each refused body says what is wrong with it
-// (bug: trailing data after the JSON object was ignored, and the request
-// applied).
+// (bugs: trailing data after the JSON object, a port 0 and the stages probe
+// and operator were all taken).
 func TestAdminBodyErrorMessages(t *testing.T) {
 	tests := []struct{ name, path, body, want string }{
 		{"garbage after a report", "report", `{"class":"refused"}xxxx`, "after the JSON object: invalid character 'x'"},
 		{"a second value after a report", "report", `{"class":"refused"} {"x":1}`, "more than one JSON value"},
 		{"garbage after a disable", "disable", `{"detail":"a"} trailing garbage`, "after the JSON object: invalid character"},
 		{"a second value after a disable", "disable", `{"detail":"a"} {}`, "more than one JSON value"},
+		{"port 0", "report", `{"class":"target_http_error","target":"127.0.0.1:0"}`, `invalid target "127.0.0.1:0": the port must be a number from 1 to 65535`},
+		{"stage probe", "report", `{"class":"refused","stage":"probe"}`,
+			`invalid stage "probe": want one of dial, proxy_handshake, proxy_auth, target_connect, first_byte, body, http_status`},
+		{"stage operator", "report", `{"class":"refused","stage":"operator"}`, `invalid stage "operator": want one of dial,`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
