@@ -66,11 +66,11 @@ func TestCheckConfigReportsEverything(t *testing.T) {
 		path + ":2: pool.max_attempts: want an integer, got a string",
 		path + ":6: upstream_file: open " + filepath.Join(dir, "missing.txt") + ": no such file or directory",
 		path + ":11: upstream_file: open " + filepath.Join(dir, "also-missing.txt") + ": no such file or directory",
+		path + ":13: upstream_file " + empty + ": " + emptyListMsg, // bug: "empty.txt: no upstreams…", no line
 		a + ":3: duplicate upstream socks5://127.0.0.1:2001",
 		a + ":4: missing port",
 		a + ":5: duplicate upstream socks5://127.0.0.1:1080",
 		a + ":6: invalid port \"0\"",
-		empty + ": " + emptyListMsg,
 	}
 	if got := err.Error(); got != strings.Join(want, "\n") {
 		t.Errorf("got:\n%s\nwant:\n%s", got, strings.Join(want, "\n"))

@@ -30,6 +30,16 @@ func (c *Config) Specs(log zerolog.Logger) ([]upstream.Spec, []ListCount, error)
 type ListCount struct {
 	Path string // as opened (relative to the config file's directory)
 	N    int
+	// Line is the line of its path in the config file, where an error
+	// about the list as a whole (it gave no upstream) is reported.
+	Line int
+}
+
+// emptyListError is the error of a list file l that gave no upstream, at
+// the line of its path in the config file (the list has no line to
+// name), then, in more, what that means for the running list.
+func (c *Config) emptyListError(l ListCount, more string) ConfigError {
+	return ConfigError{File: c.path, Line: l.Line, Msg: "upstream_file " + l.Path + ": " + emptyListMsg + more}
 }
 
 // specs is Specs without logging: it returns skipped lines as problems,
@@ -124,7 +134,7 @@ func (c *Config) listSpecs(specs *[]upstream.Spec, origins *[]origin) ([]ListCou
 		// Lines that do not parse and lines that parse but are refused
 		// were found in two passes: report them as they are in the file.
 		problems = append(problems, ConfigErrors(skipped).sorted()...)
-		lists = append(lists, ListCount{Path: path, N: len(*specs) - from})
+		lists = append(lists, ListCount{Path: path, N: len(*specs) - from, Line: c.elemKey("upstream_file", i, "path")})
 	}
 	return lists, problems, unreadable
 }
@@ -282,8 +292,8 @@ func CheckConfig(path string) error {
 // at run time these lines are skipped with a warning, -check fails on
 // them), or nil.
 func (c *Config) CheckLists() error {
-	unreadable, lists := c.listErrors()
-	if errs := append(unreadable, lists...); len(errs) > 0 {
+	own, lists := c.listErrors()
+	if errs := append(own.sorted(), lists...); len(errs) > 0 {
 		return errs
 	}
 	return nil
@@ -291,9 +301,9 @@ func (c *Config) CheckLists() error {
 
 // listErrors is every problem of the list files, and of the names they
 // give: own holds the errors of the config file itself (each unreadable
-// file, at the line of its path; each [[upstream]] name that is another
-// [[upstream]]'s default name), problems each readable file's skipped
-// lines in line order, then whether it gave no upstream.
+// file and each that gave no upstream, at the line of its path; each
+// [[upstream]] name that is another [[upstream]]'s default name),
+// problems each readable file's skipped lines in line order.
 func (c *Config) listErrors() (own, problems ConfigErrors) {
 	var specs []upstream.Spec
 	var from []origin
@@ -311,7 +321,7 @@ func (c *Config) listErrors() (own, problems ConfigErrors) {
 			problems, skipped = append(problems, skipped[0]), skipped[1:]
 		}
 		if l.N == 0 {
-			problems = append(problems, ConfigError{File: l.Path, Msg: emptyListMsg})
+			own = append(own, c.emptyListError(l, ""))
 		}
 	}
 	return own, append(problems, skipped...)

@@ -206,9 +206,9 @@ func (s *Server) upstreamSpecs(cfg *Config) ([]upstream.Spec, map[string]int, er
 			continue
 		}
 		if had := s.listCounts[l.Path]; had > 0 {
-			return nil, nil, fmt.Errorf("upstream_file %s: %s; it gave %d upstreams until now, so the running list stays (remove the [[upstream_file]] to drop it)", l.Path, emptyListMsg, had)
+			return nil, nil, ConfigErrors{cfg.emptyListError(l, fmt.Sprintf("; it gave %d upstreams until now, so the running list stays (remove the [[upstream_file]] to drop it)", had))}
 		}
-		s.log.Warn().Str("file", l.Path).Msg("upstream_file: " + emptyListMsg)
+		s.log.Warn().Str("file", l.Path).Str("err", cfg.emptyListError(l, "").Error()).Msg("upstream_file: " + emptyListMsg)
 	}
 	return specs, counts, nil
 }
