@@ -325,7 +325,7 @@ func parseConfig(path string, data []byte) (*Config, ConfigErrors) {
 	for _, e := range errs {
 		bad[e.Line] = true
 	}
-	for _, k := range md.Undecoded() {
+	for _, k := range unknownKeys(md.Undecoded()) {
 		errs = append(errs, ConfigError{File: path, Line: c.lines.key(k), Msg: fmt.Sprintf("unknown key %q", k.String())})
 	}
 	c.fill(&md)
@@ -335,6 +335,27 @@ func parseConfig(path string, data []byte) (*Config, ConfigErrors) {
 		}
 	}
 	return c, errs.sorted()
+}
+
+// unknownKeys is keys (md.Undecoded) without those under another of them:
+// an unknown table ("[cooldown.refsued]") is one mistake, reported once at
+// its header, not again for every key it holds ("cooldown.refsued.base").
+func unknownKeys(keys []toml.Key) []toml.Key {
+	unknown := make(map[string]bool, len(keys))
+	for _, k := range keys {
+		unknown[k.String()] = true
+	}
+	var out []toml.Key
+	for _, k := range keys {
+		under := false
+		for j := 1; j < len(k) && !under; j++ {
+			under = unknown[k[:j].String()]
+		}
+		if !under {
+			out = append(out, k)
+		}
+	}
+	return out
 }
 
 // sorted orders es by line, stably, with the errors of no line (about the
