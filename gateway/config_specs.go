@@ -86,9 +86,9 @@ func (c *Config) listSpecs(specs *[]upstream.Spec, origins *[]origin) ([]ListCou
 	var problems []ConfigError
 	var lists []ListCount
 	var unreadable ConfigErrors
-	seen := map[string]bool{}
-	for _, s := range *specs {
-		seen[upstream.Identity(s.URL)] = true
+	seen := map[string]int{} // identity → index in specs, for the duplicates of it
+	for i, s := range *specs {
+		seen[upstream.Identity(s.URL)] = i
 	}
 	for i, f := range c.UpstreamFiles {
 		switch f.Scheme {
@@ -119,15 +119,16 @@ func (c *Config) listSpecs(specs *[]upstream.Spec, origins *[]origin) ([]ListCou
 				continue
 			}
 			k := upstream.Identity(e.URL)
-			if seen[k] {
-				skipped = append(skipped, ConfigError{File: path, Line: e.Line, Msg: "duplicate upstream " + upstream.Redact(e.URL)})
+			if prev, dup := seen[k]; dup {
+				skipped = append(skipped, ConfigError{File: path, Line: e.Line,
+					Msg: "upstream " + upstream.Redact(e.URL) + " duplicates the one at " + c.originAt((*origins)[prev], path)})
 				continue
 			}
 			if f.Pipeline && e.URL.Scheme != "socks5" && e.URL.Scheme != "socks5h" {
 				skipped = append(skipped, ConfigError{File: path, Line: e.Line, Msg: "pipeline = true applies to socks5 upstreams only: " + upstream.Redact(e.URL)})
 				continue
 			}
-			seen[k] = true
+			seen[k] = len(*specs)
 			*specs = append(*specs, upstream.Spec{URL: e.URL, Tags: f.Tags, Pipeline: f.Pipeline})
 			*origins = append(*origins, origin{elem: -1, file: path, line: e.Line})
 		}
@@ -137,6 +138,20 @@ func (c *Config) listSpecs(specs *[]upstream.Spec, origins *[]origin) ([]ListCou
 		lists = append(lists, ListCount{Path: path, N: len(*specs) - from, Line: c.elemKey("upstream_file", i, "path")})
 	}
 	return lists, problems, unreadable
+}
+
+// originAt names where o is for a message about a line of list file
+// file: "line N" in that file, else FILE:LINE (the [[upstream]]'s url in
+// the config file, or a line of another list).
+func (c *Config) originAt(o origin, file string) string {
+	switch {
+	case o.file == "":
+		return fmt.Sprintf("%s:%d", c.path, c.elemKey("upstream", o.elem, "url"))
+	case o.file == file:
+		return fmt.Sprintf("line %d", o.line)
+	default:
+		return fmt.Sprintf("%s:%d", o.file, o.line)
+	}
 }
 
 // emptyListMsg describes a list file that gave no upstreams.
