@@ -118,9 +118,15 @@ func TestCheckWarnsPrivateProbeBehindDirect(t *testing.T) {
 }
 
 func TestBadFlags(t *testing.T) {
-	if code, _, _ := runCmd(t, "-log-format", "xml", "-version"); code != 0 {
-		// -version exits before the log format is looked at
-		t.Fatalf("exit %d", code)
+	// A bad value is a usage error with -version too (bug: -log-level
+	// bogus -version printed the version and exited 0).
+	for _, args := range [][]string{{"-log-level", "bogus", "-version"}, {"-version", "-log-level", "bogus"}, {"-log-format", "xml", "-version"}} {
+		if code, out, errs := runCmd(t, args...); code != 2 || out != "" || !strings.Contains(errs, "must be") {
+			t.Errorf("%q: exit %d stdout %q stderr %q, want 2 and the flag's error", args, code, out, errs)
+		}
+	}
+	if code, out, _ := runCmd(t, "-log-level", "debug", "-log-format", "console", "-version"); code != 0 || !strings.HasPrefix(out, "rotor ") {
+		t.Errorf("good values with -version: exit %d %q", code, out)
 	}
 	if code, _, errs := runCmd(t, "-log-format", "xml", "-config", "/nonexistent.toml"); code == 0 || !strings.Contains(errs, "log-format") {
 		t.Fatalf("bad -log-format: exit %d %q", code, errs)
