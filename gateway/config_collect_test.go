@@ -219,7 +219,10 @@ func TestReloadErrorsLoggedOneEach(t *testing.T) {
 	eventuallyTrue(t, "the rejected reload logged", func() bool { return strings.Contains(logs.String(), "reload rejected") })
 	var got []string
 	for _, l := range strings.Split(logs.String(), "\n") {
-		var ev struct{ Err, Message string }
+		var ev struct {
+			Err     string `json:"error"` // as .Err(err) writes it (bug: "err" here, "error" elsewhere)
+			Message string `json:"message"`
+		}
 		if json.Unmarshal([]byte(l), &ev) == nil && ev.Err != "" {
 			got = append(got, ev.Message+": "+ev.Err)
 		}

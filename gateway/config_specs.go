@@ -21,7 +21,7 @@ import (
 func (c *Config) Specs(log zerolog.Logger) ([]upstream.Spec, []ListCount, error) {
 	specs, lists, problems, err := c.specs()
 	for _, p := range problems {
-		log.Warn().Str("err", p.Error()).Msg("upstream list line skipped")
+		log.Warn().Err(p).Msg("upstream list line skipped")
 	}
 	return specs, lists, err
 }

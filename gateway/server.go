@@ -208,7 +208,7 @@ func (s *Server) upstreamSpecs(cfg *Config) ([]upstream.Spec, map[string]int, er
 		if had := s.listCounts[l.Path]; had > 0 {
 			return nil, nil, ConfigErrors{cfg.emptyListError(l, fmt.Sprintf("; it gave %d upstreams until now, so the running list stays (remove the [[upstream_file]] to drop it)", had))}
 		}
-		s.log.Warn().Str("file", l.Path).Str("err", cfg.emptyListError(l, "").Error()).Msg("upstream_file: " + emptyListMsg)
+		s.log.Warn().Str("file", l.Path).Err(cfg.emptyListError(l, "")).Msg("upstream_file: " + emptyListMsg)
 	}
 	return specs, counts, nil
 }
