@@ -20,6 +20,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -214,9 +215,7 @@ func (s *Server) serveDisable(w http.ResponseWriter, r *http.Request, e *upstrea
 	var body struct {
 		Detail string `json:"detail"`
 	}
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxReportBody))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&body); err != nil && !errors.Is(err, io.EOF) {
+	if err := decodeBody(w, r, &body); err != nil && !errors.Is(err, io.EOF) {
 		writeError(w, http.StatusBadRequest, "invalid body: want no body or JSON {\"detail\": \"why\"}: "+err.Error())
 		return
 	}
@@ -227,6 +226,29 @@ func (s *Server) serveDisable(w http.ResponseWriter, r *http.Request, e *upstrea
 	s.tr.Disable(e.Record(), detail)
 	s.log.Info().Str("upstream", e.Name).Str("client", r.RemoteAddr).Str("detail", detail).Msg("admin: upstream disabled")
 	writeJSON(w, http.StatusOK, s.record(e))
+}
+
+// decodeBody decodes r's body, at most maxReportBody bytes, as one JSON
+// object into v: a field v does not have, or anything but white space
+// after the object ('{"class":"refused"} {"x":1}', '{...}xxxx'), is an
+// error, so a body that is not what the client meant is never half
+// applied. An empty body is io.EOF.
+func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxReportBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	// A second Decode reads the next value: io.EOF when nothing but
+	// white space follows; a syntax error for garbage.
+	switch err := dec.Decode(new(json.RawMessage)); {
+	case errors.Is(err, io.EOF):
+		return nil
+	case err != nil:
+		return fmt.Errorf("after the JSON object: %w", err)
+	default:
+		return errors.New("more than one JSON value: send one object")
+	}
 }
 
 // serveEnable moves a disabled or cooling upstream to probe_allowed: it
@@ -253,9 +275,7 @@ type reportBody struct {
 // class's cooldown policy and scope apply.
 func (s *Server) serveReport(w http.ResponseWriter, r *http.Request, e *upstream.Endpoint) {
 	var body reportBody
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxReportBody))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&body); err != nil {
+	if err := decodeBody(w, r, &body); err != nil {
 		writeError(w, http.StatusBadRequest, "invalid body: want JSON {\"class\", \"detail\", \"target\", \"stage\"}: "+err.Error())
 		return
 	}
@@ -266,8 +286,8 @@ func (s *Server) serveReport(w http.ResponseWriter, r *http.Request, e *upstream
 	}
 	stage := reportStage(class)
 	if body.Stage != "" {
-		if err := stage.UnmarshalText([]byte(body.Stage)); err != nil || stage == health.StageNone || stage == health.StageOperator {
-			writeError(w, http.StatusBadRequest, "invalid stage "+quoteName(body.Stage))
+		if err := stage.UnmarshalText([]byte(body.Stage)); err != nil || !reportableStage(stage) {
+			writeError(w, http.StatusBadRequest, "invalid stage "+quoteName(body.Stage)+": want one of "+strings.Join(reportableStages(), ", "))
 			return
 		}
 	}
@@ -275,9 +295,9 @@ func (s *Server) serveReport(w http.ResponseWriter, r *http.Request, e *upstream
 	if d := cleanText(body.Detail, 200); d != "" {
 		detail += ": " + d
 	}
-	host, ok := targetHost(body.Target)
-	if !ok {
-		writeError(w, http.StatusBadRequest, "invalid target "+quoteName(body.Target)+": want a host name or IP address, host:port, or a URL")
+	host, why := targetHost(body.Target)
+	if why != "" {
+		writeError(w, http.StatusBadRequest, "invalid target "+quoteName(body.Target)+": "+why)
 		return
 	}
 	f := &health.Failure{Class: class, Stage: stage, Target: host, Err: errors.New(detail)}
@@ -294,6 +314,25 @@ func reportableClasses() []string {
 		health.UpstreamError.String(), health.SlowBody.String(), health.TargetHTTPError.String(),
 		health.TargetUnreachable.String(), health.TargetTimeout.String(),
 	}
+}
+
+// reportableStage reports whether a client may name st in a report. probe
+// and operator are rotor's own (its prober, the disable and enable
+// actions): a client's report at those stages would show in the history
+// as a failed probe or an operator's act.
+func reportableStage(st health.Stage) bool {
+	return st != health.StageNone && st != health.StageProbe && st != health.StageOperator
+}
+
+// reportableStages lists the stages /report accepts.
+func reportableStages() []string {
+	var names []string
+	for st := health.StageNone; st <= health.StageOperator; st++ {
+		if reportableStage(st) {
+			names = append(names, st.String())
+		}
+	}
+	return names
 }
 
 // reportStage is the stage of a client-reported failure of class c when
@@ -317,30 +356,41 @@ func reportStage(c health.Class) health.Stage {
 
 // targetHost reduces a reported target (a host, host:port, [v6]:port or
 // a URL pasted from a scraper's log) to a lower-case host without port,
-// the key of per-target cooldowns; "" when none is given. ok is false for
-// anything else: a cooldown for a host no request can name would do
-// nothing, silently.
-func targetHost(t string) (string, bool) {
+// the key of per-target cooldowns; "" when none is given. For anything
+// else why says what is wrong: a cooldown for a host no request can name
+// would do nothing, silently. A port, when there is one, is checked as the
+// fronts check a client's (1 to 65535: "host:0" names no target).
+func targetHost(t string) (host, why string) {
+	const want = "want a host name or IP address, host:port, or a URL"
 	t = strings.TrimSpace(t)
 	if t == "" {
-		return "", true
+		return "", ""
 	}
+	port := ""
 	if strings.Contains(t, "://") {
 		u, err := url.Parse(t)
 		if err != nil || u.Host == "" {
-			return "", false
+			return "", want
 		}
-		t = u.Hostname()
-	} else if h, _, err := net.SplitHostPort(t); err == nil {
-		t = h
+		t, port = u.Hostname(), u.Port()
+	} else if h, p, err := net.SplitHostPort(t); err == nil {
+		t, port = h, p
+		if port == "" {
+			return "", "the port is empty; " + want
+		}
 	} else if strings.HasPrefix(t, "[") && strings.HasSuffix(t, "]") {
 		t = t[1 : len(t)-1]
 	}
 	t = strings.ToLower(t)
 	if !validTargetHost(t) {
-		return "", false
+		return "", want
 	}
-	return t, true
+	if port != "" {
+		if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
+			return "", "the port must be a number from 1 to 65535"
+		}
+	}
+	return t, ""
 }
 
 // cleanText drops control characters and bounds s to n bytes, so a

@@ -318,7 +318,10 @@ func TestAdminDisableEnable(t *testing.T) {
 // is a 400 and changes nothing.
 func TestAdminDisableDetail(t *testing.T) {
 	f := newAdminFixture(t, adminConfig, fixedClock())
-	for _, body := range []string{"{not json", `{"reason": "x"}`, `["bad exit IPs"]`} {
+	// Bug: a body with something after the object was taken (the first
+	// object applied, the rest ignored).
+	for _, body := range []string{"{not json", `{"reason": "x"}`, `["bad exit IPs"]`,
+		`{"detail":"a"} trailing garbage`, `{"detail":"a"}{"detail":"b"}`} {
 		code, hdr, out := f.do(t, "POST", "/api/upstreams/dc-1/disable", body)
 		if code != http.StatusBadRequest {
 			t.Errorf("disable with body %q: %d %s, want 400", body, code, out)
@@ -364,6 +367,22 @@ func TestAdminReport(t *testing.T) {
 		{name: "unknown field", body: `{"class":"refused","klass":"x"}`, wantCode: 400},
 		{name: "not JSON", body: `class=refused`, wantCode: 400},
 		{name: "empty body", body: ``, wantCode: 400},
+		// Bug: what followed the first JSON value was ignored, and the
+		// report applied.
+		{name: "a second object after the body", body: `{"class":"target_http_error"} {"x":1}`, wantCode: 400},
+		{name: "garbage after the body", body: `{"class":"refused"}xxxx`, wantCode: 400},
+		{name: "white space after the body", body: "{\"class\":\"refused\"} \r\n\t", wantCode: 200, wantState: "cooling", wantClass: "refused", wantSt: "dial"},
+		// Bug: port 0 was taken (README: a port 0 is no target port).
+		{name: "a target with port 0", body: `{"class":"target_http_error","target":"127.0.0.1:0"}`, wantCode: 400},
+		{name: "a target with a port past 65535", body: `{"class":"target_http_error","target":"shop.example:65536"}`, wantCode: 400},
+		{name: "a target with an empty port", body: `{"class":"target_http_error","target":"shop.example:"}`, wantCode: 400},
+		{name: "a URL with port 0", body: `{"class":"target_http_error","target":"http://shop.example:0/ban"}`, wantCode: 400},
+		{name: "a URL with its port", body: `{"class":"target_http_error","target":"https://Shop.Example:8443/ban"}`,
+			wantCode: 200, wantState: "eligible", wantClass: "target_http_error", wantSt: "http_status", wantTarget: "shop.example"},
+		// Bug: a client could report at rotor's own stages, and its report
+		// showed in the history as a failed probe.
+		{name: "stage probe is rotor's", body: `{"class":"refused","stage":"probe"}`, wantCode: 400},
+		{name: "stage operator is rotor's", body: `{"class":"refused","stage":"operator"}`, wantCode: 400},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -397,6 +416,41 @@ func TestAdminReport(t *testing.T) {
 			}
 			if len(targets) != 1 || targets[0].(map[string]any)["host"] != tt.wantTarget {
 				t.Errorf("targets = %v, want host %s", targets, tt.wantTarget)
+			}
+		})
+	}
+}
+
+// TestAdminBodyErrorMessages: each refused body says what is wrong with it
+// (bugs: trailing data after the JSON object, a port 0 and the stages probe
+// and operator were all taken).
+func TestAdminBodyErrorMessages(t *testing.T) {
+	tests := []struct{ name, path, body, want string }{
+		{"garbage after a report", "report", `{"class":"refused"}xxxx`, "after the JSON object: invalid character 'x'"},
+		{"a second value after a report", "report", `{"class":"refused"} {"x":1}`, "more than one JSON value"},
+		{"garbage after a disable", "disable", `{"detail":"a"} trailing garbage`, "after the JSON object: invalid character"},
+		{"a second value after a disable", "disable", `{"detail":"a"} {}`, "more than one JSON value"},
+		{"port 0", "report", `{"class":"target_http_error","target":"127.0.0.1:0"}`, `invalid target "127.0.0.1:0": the port must be a number from 1 to 65535`},
+		{"stage probe", "report", `{"class":"refused","stage":"probe"}`,
+			`invalid stage "probe": want one of dial, proxy_handshake, proxy_auth, target_connect, first_byte, body, http_status`},
+		{"stage operator", "report", `{"class":"refused","stage":"operator"}`, `invalid stage "operator": want one of dial,`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newAdminFixture(t, adminConfig, fixedClock())
+			code, _, body := f.do(t, "POST", "/api/upstreams/dc-1/"+tt.path, tt.body)
+			var e struct {
+				Error string `json:"error"`
+			}
+			if err := json.Unmarshal([]byte(body), &e); err != nil {
+				t.Fatalf("%d %q: %v", code, body, err)
+			}
+			if code != http.StatusBadRequest || !strings.Contains(e.Error, tt.want) {
+				t.Errorf("got %d %q, want 400 with %q", code, e.Error, tt.want)
+			}
+			rec := f.record(t, "dc-1")
+			if rec["state"] != "eligible" || len(rec["history"].([]any)) != 0 {
+				t.Errorf("a refused request changed the record: state %v, history %v", rec["state"], rec["history"])
 			}
 		})
 	}

@@ -325,9 +325,11 @@ func parseConfig(path string, data []byte) (*Config, ConfigErrors) {
 	for _, e := range errs {
 		bad[e.Line] = true
 	}
-	for _, k := range md.Undecoded() {
+	for _, k := range unknownKeys(md.Undecoded()) {
 		errs = append(errs, ConfigError{File: path, Line: c.lines.key(k), Msg: fmt.Sprintf("unknown key %q", k.String())})
 	}
+	// Before fill, which reads password_env into Password.
+	errs = append(errs, c.clientPasswordErrors()...)
 	c.fill(&md)
 	for _, e := range c.validate() {
 		if e.Line == 0 || !bad[e.Line] {
@@ -335,6 +337,45 @@ func parseConfig(path string, data []byte) (*Config, ConfigErrors) {
 		}
 	}
 	return c, errs.sorted()
+}
+
+// clientPasswordErrors is an error for each [[client]] that sets both
+// password and password_env, at password_env. Neither can be the one meant
+// for sure: password_env is there to keep the secret out of the file, and
+// an operator who rotates the variable would find the file's password
+// still in force (it was, silently). ([[upstream]] is different: its
+// password_env replaces the password of a URL copied as given, documented
+// in config.example.toml.)
+func (c *Config) clientPasswordErrors() ConfigErrors {
+	var errs ConfigErrors
+	for i, cl := range c.Clients {
+		if cl.Password != "" && cl.PasswordEnv != "" {
+			errs = append(errs, ConfigError{File: c.path, Line: c.elemKey("client", i, "password_env"),
+				Msg: fmt.Sprintf("client %q: set password or password_env, not both", cl.Username)})
+		}
+	}
+	return errs
+}
+
+// unknownKeys is keys (md.Undecoded) without those under another of them:
+// an unknown table ("[cooldown.refsued]") is one mistake, reported once at
+// its header, not again for every key it holds ("cooldown.refsued.base").
+func unknownKeys(keys []toml.Key) []toml.Key {
+	unknown := make(map[string]bool, len(keys))
+	for _, k := range keys {
+		unknown[k.String()] = true
+	}
+	var out []toml.Key
+	for _, k := range keys {
+		under := false
+		for j := 1; j < len(k) && !under; j++ {
+			under = unknown[k[:j].String()]
+		}
+		if !under {
+			out = append(out, k)
+		}
+	}
+	return out
 }
 
 // sorted orders es by line, stably, with the errors of no line (about the

@@ -148,6 +148,58 @@ func TestConfigPasswordEnvNeverInErrors(t *testing.T) {
 	}
 }
 
+// TestConfigClientPasswordAndEnv: a [[client]] with both password and
+// password_env is an error at password_env, for -check, a start and a
+// reload alike (bug: password_env was silently ignored, so rotating the
+// variable left the file's password in force). One or the other is fine.
+func TestConfigClientPasswordAndEnv(t *testing.T) {
+	t.Setenv("ROTOR_TEST_CLIENT_PW", "fr0m-env-Secret")
+	const up = "[[upstream]]\nurl = \"direct://\"\n"
+	both := up + "[[client]]\nusername = \"scraper\"\npassword = \"fr0m-file-Secret\"\npassword_env = \"ROTOR_TEST_CLIENT_PW\"\n"
+	_, err := ParseConfig("rotor.toml", []byte(both))
+	const want = `rotor.toml:6: client "scraper": set password or password_env, not both`
+	if err == nil || err.Error() != want {
+		t.Fatalf("err = %v, want %s", err, want)
+	}
+	if strings.Contains(err.Error(), "Secret") {
+		t.Errorf("the error shows a password: %v", err)
+	}
+	for name, text := range map[string]string{
+		"password":     up + "[[client]]\nusername = \"scraper\"\npassword = \"fr0m-file-Secret\"\n",
+		"password_env": up + "[[client]]\nusername = \"scraper\"\npassword_env = \"ROTOR_TEST_CLIENT_PW\"\n",
+	} {
+		cfg, err := ParseConfig("rotor.toml", []byte(text))
+		if err != nil {
+			t.Errorf("%s alone: %v", name, err)
+			continue
+		}
+		if got := cfg.Clients[0].Password; !strings.HasSuffix(got, "-Secret") {
+			t.Errorf("%s alone: password %q", name, got)
+		}
+	}
+
+	// A reload of such a file is refused and the running credentials stay.
+	dir := t.TempDir()
+	path := filepath.Join(dir, "rotor.toml")
+	listen := "[listen]\nsocks5 = \"127.0.0.1:0\"\nhttp = \"\"\nadmin = \"\"\n"
+	writeFiles(t, dir, map[string]string{"rotor.toml": listen + up + "[[client]]\nusername = \"scraper\"\npassword = \"old-pw\"\n"})
+	cfg, err := LoadConfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := New(cfg, Options{Log: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFiles(t, dir, map[string]string{"rotor.toml": listen + both})
+	if err := srv.ReloadFile(); err == nil || !strings.Contains(err.Error(), "set password or password_env, not both") {
+		t.Errorf("reload: %v, want the error", err)
+	}
+	if got := srv.Config().Clients[0].Password; got != "old-pw" {
+		t.Errorf("after the refused reload the client password is %q, want the running one", got)
+	}
+}
+
 // durationKeys lists the dotted TOML key of every time.Duration field of
 // t, tables included: the test walks the type, so a duration key added
 // later is covered without editing the test.

@@ -132,6 +132,37 @@ func TestConfigValidationErrorsAtTheirKeys(t *testing.T) {
 	}
 }
 
+// TestConfigUnknownTableOnce: an unknown table is one error, at its header
+// (bug: "cooldown.refsued" and then "cooldown.refsued.base", one more per
+// key it held); an unknown key of a known table is still its own.
+func TestConfigUnknownTableOnce(t *testing.T) {
+	text, at := numbered(
+		"[cooldown.refsued]",
+		"base = \"1s\"",
+		"max = \"1m\"",
+		"[bogus]",
+		"a = 1",
+		"[bogus.sub]",
+		"b = 2",
+		"[pool]",
+		"max_atempts = 3",
+		"[[upstream]]",
+		"url = \"direct://\"",
+		"[upstream.extra]",
+		"c = 3",
+	)
+	_, err := ParseConfig("u.toml", []byte(text))
+	want := strings.Join([]string{
+		`u.toml:1: unknown key "cooldown.refsued"`,
+		`u.toml:4: unknown key "bogus"`,
+		fmt.Sprintf(`u.toml:%d: unknown key "pool.max_atempts"`, at["pool.max_atempts"]),
+		`u.toml:12: unknown key "upstream.extra"`,
+	}, "\n")
+	if err == nil || err.Error() != want {
+		t.Errorf("got:\n%v\nwant:\n%s", err, want)
+	}
+}
+
 // TestConfigErrorLinesDeterministic: an error about a key in a
 // [cooldown.<class>] table, with no [cooldown] header, is at that key's
 // line on every run (bug: the line came from iterating a map, and a
@@ -188,7 +219,10 @@ func TestReloadErrorsLoggedOneEach(t *testing.T) {
 	eventuallyTrue(t, "the rejected reload logged", func() bool { return strings.Contains(logs.String(), "reload rejected") })
 	var got []string
 	for _, l := range strings.Split(logs.String(), "\n") {
-		var ev struct{ Err, Message string }
+		var ev struct {
+			Err     string `json:"error"` // as .Err(err) writes it (bug: "err" here, "error" elsewhere)
+			Message string `json:"message"`
+		}
 		if json.Unmarshal([]byte(l), &ev) == nil && ev.Err != "" {
 			got = append(got, ev.Message+": "+ev.Err)
 		}

@@ -66,11 +66,11 @@ func TestCheckConfigReportsEverything(t *testing.T) {
 		path + ":2: pool.max_attempts: want an integer, got a string",
 		path + ":6: upstream_file: open " + filepath.Join(dir, "missing.txt") + ": no such file or directory",
 		path + ":11: upstream_file: open " + filepath.Join(dir, "also-missing.txt") + ": no such file or directory",
-		a + ":3: duplicate upstream socks5://127.0.0.1:2001",
+		path + ":13: upstream_file " + empty + ": " + emptyListMsg, // bug: "empty.txt: no upstreams…", no line
+		a + ":3: upstream socks5://127.0.0.1:2001 duplicates the one at line 2",
 		a + ":4: missing port",
-		a + ":5: duplicate upstream socks5://127.0.0.1:1080",
+		a + ":5: upstream socks5://127.0.0.1:1080 duplicates the one at " + path + ":4",
 		a + ":6: invalid port \"0\"",
-		empty + ": " + emptyListMsg,
 	}
 	if got := err.Error(); got != strings.Join(want, "\n") {
 		t.Errorf("got:\n%s\nwant:\n%s", got, strings.Join(want, "\n"))
@@ -197,4 +197,26 @@ func TestUpstreamNameIsAnotherDefault(t *testing.T) {
 			t.Errorf("GET /api/upstreams/127.0.0.1:9~2: %d, want 200", resp.StatusCode)
 		}
 	})
+}
+
+// TestListDuplicateNamesTheOther: a duplicate list line names the line it
+// duplicates, in its own file, in another list or in the config (bug: it
+// said "duplicate upstream …" and left the reader to search for it).
+func TestListDuplicateNamesTheOther(t *testing.T) {
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{
+		"rotor.toml": "[[upstream]]\nurl = \"http://127.0.0.1:2001\"\n" +
+			"[[upstream_file]]\npath = \"a.txt\"\n[[upstream_file]]\npath = \"b.txt\"\n",
+		"a.txt": "# first\n127.0.0.1:2002\n127.0.0.1:2003\n127.0.0.1:2002\n",
+		"b.txt": "127.0.0.1:2003\n127.0.0.1:2001\n127.0.0.1:2004\n",
+	})
+	path, a, b := filepath.Join(dir, "rotor.toml"), filepath.Join(dir, "a.txt"), filepath.Join(dir, "b.txt")
+	want := strings.Join([]string{
+		a + ":4: upstream http://127.0.0.1:2002 duplicates the one at line 2",
+		b + ":1: upstream http://127.0.0.1:2003 duplicates the one at " + a + ":3",
+		b + ":2: upstream http://127.0.0.1:2001 duplicates the one at " + path + ":2",
+	}, "\n")
+	if err := CheckConfig(path); err == nil || err.Error() != want {
+		t.Errorf("got:\n%v\nwant:\n%s", err, want)
+	}
 }

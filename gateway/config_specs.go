@@ -21,7 +21,7 @@ import (
 func (c *Config) Specs(log zerolog.Logger) ([]upstream.Spec, []ListCount, error) {
 	specs, lists, problems, err := c.specs()
 	for _, p := range problems {
-		log.Warn().Str("err", p.Error()).Msg("upstream list line skipped")
+		log.Warn().Err(p).Msg("upstream list line skipped")
 	}
 	return specs, lists, err
 }
@@ -30,6 +30,16 @@ func (c *Config) Specs(log zerolog.Logger) ([]upstream.Spec, []ListCount, error)
 type ListCount struct {
 	Path string // as opened (relative to the config file's directory)
 	N    int
+	// Line is the line of its path in the config file, where an error
+	// about the list as a whole (it gave no upstream) is reported.
+	Line int
+}
+
+// emptyListError is the error of a list file l that gave no upstream, at
+// the line of its path in the config file (the list has no line to
+// name), then, in more, what that means for the running list.
+func (c *Config) emptyListError(l ListCount, more string) ConfigError {
+	return ConfigError{File: c.path, Line: l.Line, Msg: "upstream_file " + l.Path + ": " + emptyListMsg + more}
 }
 
 // specs is Specs without logging: it returns skipped lines as problems,
@@ -76,9 +86,9 @@ func (c *Config) listSpecs(specs *[]upstream.Spec, origins *[]origin) ([]ListCou
 	var problems []ConfigError
 	var lists []ListCount
 	var unreadable ConfigErrors
-	seen := map[string]bool{}
-	for _, s := range *specs {
-		seen[upstream.Identity(s.URL)] = true
+	seen := map[string]int{} // identity → index in specs, for the duplicates of it
+	for i, s := range *specs {
+		seen[upstream.Identity(s.URL)] = i
 	}
 	for i, f := range c.UpstreamFiles {
 		switch f.Scheme {
@@ -109,24 +119,39 @@ func (c *Config) listSpecs(specs *[]upstream.Spec, origins *[]origin) ([]ListCou
 				continue
 			}
 			k := upstream.Identity(e.URL)
-			if seen[k] {
-				skipped = append(skipped, ConfigError{File: path, Line: e.Line, Msg: "duplicate upstream " + upstream.Redact(e.URL)})
+			if prev, dup := seen[k]; dup {
+				skipped = append(skipped, ConfigError{File: path, Line: e.Line,
+					Msg: "upstream " + upstream.Redact(e.URL) + " duplicates the one at " + c.originAt((*origins)[prev], path)})
 				continue
 			}
 			if f.Pipeline && e.URL.Scheme != "socks5" && e.URL.Scheme != "socks5h" {
 				skipped = append(skipped, ConfigError{File: path, Line: e.Line, Msg: "pipeline = true applies to socks5 upstreams only: " + upstream.Redact(e.URL)})
 				continue
 			}
-			seen[k] = true
+			seen[k] = len(*specs)
 			*specs = append(*specs, upstream.Spec{URL: e.URL, Tags: f.Tags, Pipeline: f.Pipeline})
 			*origins = append(*origins, origin{elem: -1, file: path, line: e.Line})
 		}
 		// Lines that do not parse and lines that parse but are refused
 		// were found in two passes: report them as they are in the file.
 		problems = append(problems, ConfigErrors(skipped).sorted()...)
-		lists = append(lists, ListCount{Path: path, N: len(*specs) - from})
+		lists = append(lists, ListCount{Path: path, N: len(*specs) - from, Line: c.elemKey("upstream_file", i, "path")})
 	}
 	return lists, problems, unreadable
+}
+
+// originAt names where o is for a message about a line of list file
+// file: "line N" in that file, else FILE:LINE (the [[upstream]]'s url in
+// the config file, or a line of another list).
+func (c *Config) originAt(o origin, file string) string {
+	switch {
+	case o.file == "":
+		return fmt.Sprintf("%s:%d", c.path, c.elemKey("upstream", o.elem, "url"))
+	case o.file == file:
+		return fmt.Sprintf("line %d", o.line)
+	default:
+		return fmt.Sprintf("%s:%d", o.file, o.line)
+	}
 }
 
 // emptyListMsg describes a list file that gave no upstreams.
@@ -282,8 +307,8 @@ func CheckConfig(path string) error {
 // at run time these lines are skipped with a warning, -check fails on
 // them), or nil.
 func (c *Config) CheckLists() error {
-	unreadable, lists := c.listErrors()
-	if errs := append(unreadable, lists...); len(errs) > 0 {
+	own, lists := c.listErrors()
+	if errs := append(own.sorted(), lists...); len(errs) > 0 {
 		return errs
 	}
 	return nil
@@ -291,9 +316,9 @@ func (c *Config) CheckLists() error {
 
 // listErrors is every problem of the list files, and of the names they
 // give: own holds the errors of the config file itself (each unreadable
-// file, at the line of its path; each [[upstream]] name that is another
-// [[upstream]]'s default name), problems each readable file's skipped
-// lines in line order, then whether it gave no upstream.
+// file and each that gave no upstream, at the line of its path; each
+// [[upstream]] name that is another [[upstream]]'s default name),
+// problems each readable file's skipped lines in line order.
 func (c *Config) listErrors() (own, problems ConfigErrors) {
 	var specs []upstream.Spec
 	var from []origin
@@ -311,7 +336,7 @@ func (c *Config) listErrors() (own, problems ConfigErrors) {
 			problems, skipped = append(problems, skipped[0]), skipped[1:]
 		}
 		if l.N == 0 {
-			problems = append(problems, ConfigError{File: l.Path, Msg: emptyListMsg})
+			own = append(own, c.emptyListError(l, ""))
 		}
 	}
 	return own, append(problems, skipped...)

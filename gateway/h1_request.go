@@ -38,12 +38,12 @@ func (hc *h1Conn) readError(err error, tooLarge, timedOut bool, d time.Duration)
 			"the request head (request line and header fields) is larger than "+strconv.Itoa(h1MaxHeader>>10)+" KiB")
 		hc.lingerClose()
 	case timedOut:
-		hc.s.log.Debug().Str("listener", "http").Str("client", hc.remote).Str("err", "request head timed out").Msg("bad request")
+		hc.s.log.Debug().Str("listener", "http").Str("client", hc.remote).Str(errField, "request head timed out").Msg("bad request")
 		hc.plain(http.StatusRequestTimeout, "bad_request", "request head incomplete: not received in full within "+d.String())
 		hc.lingerClose()
 	case err == io.EOF, errors.As(err, &ne) && ne.Timeout(), errors.As(err, &oe) && oe.Op == "read":
 	default:
-		hc.s.log.Debug().Str("listener", "http").Str("client", hc.remote).Str("err", redactText(err.Error())).Msg("bad request")
+		hc.s.log.Debug().Str("listener", "http").Str("client", hc.remote).Str(errField, redactText(err.Error())).Msg("bad request")
 		status, reason := requestParseError(err)
 		hc.plain(status, "bad_request", reason)
 		hc.lingerClose()

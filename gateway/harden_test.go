@@ -1291,13 +1291,13 @@ func TestHTTPFrontRefusalsLogged(t *testing.T) {
 	cases := []struct {
 		name, req, status, log string
 	}{
-		{"no credentials", "GET http://127.0.0.1:1/ HTTP/1.1\r\nHost: 127.0.0.1:1\r\n\r\n", "407", `"err":"no credentials"`},
-		{"wrong credentials", "GET http://127.0.0.1:1/ HTTP/1.1\r\nHost: 127.0.0.1:1\r\n" + wrong + "\r\n", "407", `"err":"wrong credentials"`},
+		{"no credentials", "GET http://127.0.0.1:1/ HTTP/1.1\r\nHost: 127.0.0.1:1\r\n\r\n", "407", `"error":"no credentials"`},
+		{"wrong credentials", "GET http://127.0.0.1:1/ HTTP/1.1\r\nHost: 127.0.0.1:1\r\n" + wrong + "\r\n", "407", `"error":"wrong credentials"`},
 		{"forward to rotor", "GET http://" + admin + "/ HTTP/1.1\r\nHost: " + admin + "\r\n" + auth + "\r\n", "403", `"target":"` + admin + `"`},
 		{"forward to port 0", "GET http://127.0.0.1:0/ HTTP/1.1\r\nHost: 127.0.0.1:0\r\n" + auth + "\r\n", "400", `"target":"127.0.0.1:0"`},
-		{"CONNECT to rotor", "CONNECT " + admin + " HTTP/1.1\r\nHost: " + admin + "\r\n" + auth + "\r\n", "403", `"err":"rotor does not proxy to its own listeners"`},
+		{"CONNECT to rotor", "CONNECT " + admin + " HTTP/1.1\r\nHost: " + admin + "\r\n" + auth + "\r\n", "403", `"error":"rotor does not proxy to its own listeners"`},
 		{"CONNECT to port 0", "CONNECT 127.0.0.1:0 HTTP/1.1\r\nHost: 127.0.0.1:0\r\n" + auth + "\r\n", "400", `"target":"127.0.0.1:0","dur"`},
-		{"forward reason", "GET http://127.0.0.1:0/ HTTP/1.1\r\nHost: 127.0.0.1:0\r\n" + auth + "\r\n", "400", `"err":"invalid target: the port must be a number from 1 to 65535"`},
+		{"forward reason", "GET http://127.0.0.1:0/ HTTP/1.1\r\nHost: 127.0.0.1:0\r\n" + auth + "\r\n", "400", `"error":"invalid target: the port must be a number from 1 to 65535"`},
 	}
 	for _, tc := range cases {
 		before := len(logs.String())

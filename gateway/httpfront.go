@@ -62,7 +62,7 @@ func (s *Server) proxyAuth(w http.ResponseWriter, r *http.Request) (userParams, 
 		why = "wrong credentials"
 	}
 	s.log.Debug().Str("listener", "http").Str("client", r.RemoteAddr).Str("user", params.User).
-		Str("err", why).Msg("proxy authentication required")
+		Str(errField, why).Msg("proxy authentication required")
 	s.metrics.tunnelDone("http", "client_auth")
 	return params, false
 }

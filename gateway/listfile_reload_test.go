@@ -34,17 +34,22 @@ func TestEmptyListFileKeepsRunningList(t *testing.T) {
 	}
 	write(list, a.Addr()+"\n"+b.Addr()+"\n")
 	write(other, "# filled later\n")
-	write(path, fmt.Sprintf("[listen]\nsocks5 = \"127.0.0.1:0\"\nhttp = \"\"\nadmin = \"\"\n%s\n"+
+	text := fmt.Sprintf("[listen]\nsocks5 = \"127.0.0.1:0\"\nhttp = \"\"\nadmin = \"\"\n%s\n"+
 		"[[upstream_file]]\npath = \"proxies.txt\"\nscheme = \"socks5\"\n"+
-		"[[upstream_file]]\npath = \"later.txt\"\nscheme = \"socks5\"\n", probeConf(target)))
+		"[[upstream_file]]\npath = \"later.txt\"\nscheme = \"socks5\"\n", probeConf(target))
+	write(path, text)
+	// Errors about a list as a whole are at the line of its path in the
+	// config (bug: they named the list file and no line).
+	listAt := fmt.Sprintf("%s:%d: upstream_file %s: ", path, lineOf(t, text, `path = "proxies.txt"`), list)
+	otherAt := fmt.Sprintf("%s:%d: upstream_file %s: ", path, lineOf(t, text, `path = "later.txt"`), other)
 
 	cfg, err := LoadConfig(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var ce ConfigErrors
-	if err := cfg.CheckLists(); !errors.As(err, &ce) || len(ce) != 1 || ce[0].File != other || !strings.Contains(ce[0].Msg, "no upstreams") {
-		t.Errorf("-check on a config with an empty list file: %v, want one problem naming %s", err, other)
+	if err := cfg.CheckLists(); !errors.As(err, &ce) || len(ce) != 1 || ce[0].Error() != otherAt+emptyListMsg {
+		t.Errorf("-check on a config with an empty list file: %v, want %s", err, otherAt+emptyListMsg)
 	}
 	logs := &logBuffer{}
 	srv, err := New(cfg, Options{Log: zerolog.New(logs)})
@@ -52,7 +57,7 @@ func TestEmptyListFileKeepsRunningList(t *testing.T) {
 		t.Fatalf("an empty list file at start must only warn: %v", err)
 	}
 	t.Cleanup(func() { _ = srv.Shutdown(t.Context()) })
-	if !strings.Contains(logs.String(), "later.txt") || !strings.Contains(logs.String(), `"level":"warn"`) {
+	if !strings.Contains(logs.String(), otherAt) || !strings.Contains(logs.String(), `"level":"warn"`) {
 		t.Errorf("the empty list at start was not warned about: %s", logs.String())
 	}
 	if n := len(srv.Pool().Endpoints()); n != 2 {
@@ -67,8 +72,8 @@ func TestEmptyListFileKeepsRunningList(t *testing.T) {
 	} {
 		write(list, tc.text)
 		err := srv.ReloadFile()
-		if err == nil || !strings.Contains(err.Error(), "proxies.txt") || !strings.Contains(err.Error(), "gave 2 upstreams") {
-			t.Errorf("%s list: reload error %v, want a refusal naming the file", tc.name, err)
+		if err == nil || !strings.HasPrefix(err.Error(), listAt+emptyListMsg) || !strings.Contains(err.Error(), "gave 2 upstreams") {
+			t.Errorf("%s list: reload error %v, want a refusal at %s", tc.name, err, listAt)
 		}
 		if n := len(srv.Pool().Endpoints()); n != 2 {
 			t.Fatalf("%s list: %d upstreams after the refused reload, want 2", tc.name, n)
@@ -86,4 +91,16 @@ func TestEmptyListFileKeepsRunningList(t *testing.T) {
 	if srv.Pool().Lookup(a.Addr()) != nil || srv.Pool().Lookup(b.Addr()) == nil {
 		t.Error("removing a from the list did not apply")
 	}
+}
+
+// lineOf is the 1-based line of text holding sub.
+func lineOf(t *testing.T, text, sub string) int {
+	t.Helper()
+	for i, l := range strings.Split(text, "\n") {
+		if strings.Contains(l, sub) {
+			return i + 1
+		}
+	}
+	t.Fatalf("no line holds %q", sub)
+	return 0
 }

@@ -2,7 +2,8 @@ package gateway
 
 // Log field vocabulary (STYLE rule 49), used by every line rotor writes:
 // conn_id, listener, client, user, target, upstream, attempt(s), class,
-// stage, from, to, until, dur, bytes_up, bytes_down, outcome, err.
+// stage, from, to, until, dur, bytes_up, bytes_down, outcome, and the
+// error as zerolog's .Err(err) writes it: "error" (errField).
 // Passwords, Proxy-Authorization values and upstream userinfo are never
 // logged: upstreams appear by name, users by their base name.
 
@@ -22,6 +23,11 @@ import (
 	"github.com/rotor-proxy/rotor/health"
 	"github.com/rotor-proxy/rotor/upstream"
 )
+
+// errField is the key .Err(err) writes (zerolog.ErrorFieldName, which
+// rotor never changes), for an error given as text: a reason that is no
+// error value, or a message already redacted.
+const errField = "error"
 
 // finishLease reports what the relay observed and releases the lease.
 func (s *Server) finishLease(l *upstream.Lease, addr string, res relayResult) {
@@ -87,7 +93,7 @@ func (s *Server) logTunnel(id uint64, front string, c net.Conn, user, target str
 		ev = ev.Str("class", f.Class.String()).Str("stage", f.Stage.String())
 	}
 	if err != nil {
-		ev = ev.Str("err", err.Error())
+		ev = ev.Err(err)
 	}
 	ev.Msg("tunnel closed")
 }
@@ -177,7 +183,7 @@ func (s *Server) logForward(id uint64, r *http.Request, user string, e *upstream
 		ev = ev.Str("class", f.Class.String()).Str("stage", f.Stage.String())
 	}
 	if err != nil {
-		ev = ev.Str("err", err.Error())
+		ev = ev.Err(err)
 	}
 	ev.Msg("request forwarded")
 }
@@ -201,7 +207,7 @@ func boolInt(b bool) int {
 // requests) to zerolog at debug level.
 func httpErrorLog(l zerolog.Logger, name string) *log.Logger {
 	return log.New(lineWriter(func(p []byte) {
-		l.Debug().Str("listener", name).Str("err", string(bytes.TrimSpace(p))).Msg("http server")
+		l.Debug().Str("listener", name).Str(errField, string(bytes.TrimSpace(p))).Msg("http server")
 	}), "", 0)
 }
 

@@ -285,5 +285,5 @@ func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
 type promLog struct{ s *Server }
 
 func (l promLog) Println(v ...any) {
-	l.s.log.Error().Str("listener", "admin").Str("err", fmt.Sprint(v...)).Msg("metrics exposition")
+	l.s.log.Error().Str("listener", "admin").Str(errField, fmt.Sprint(v...)).Msg("metrics exposition")
 }

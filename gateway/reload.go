@@ -1,5 +1,7 @@
 package gateway
 
+import "reflect"
+
 // ReloadFile re-reads the config file the server runs from and applies it
 // (Reload). An invalid file leaves the running config serving; the error
 // carries FILE:LINE. With built-in defaults there is nothing to re-read.
@@ -13,4 +15,10 @@ func (s *Server) ReloadFile() error {
 		return err
 	}
 	return s.Reload(next)
+}
+
+// healthChanged reports whether next gives the health tracker another
+// configuration than prev (trackerConfig): only then does Reload apply it.
+func healthChanged(prev, next *Config) bool {
+	return !reflect.DeepEqual(trackerConfig(prev), trackerConfig(next))
 }

@@ -1,12 +1,15 @@
 package gateway
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/rotor-proxy/rotor/health"
 	"github.com/rotor-proxy/rotor/upstream/upstreamtest"
 )
 
@@ -39,7 +42,7 @@ func TestReloadRestartNoticeAgainstRunning(t *testing.T) {
 		change func(*vals)
 	}{
 		{"[cluster] changed", func(v *vals) { v.instance = "b" }},
-		{"listener addresses changed", func(v *vals) { v.socks = "127.0.0.1:1" }},
+		{"listener address changed", func(v *vals) { v.socks = "127.0.0.1:1" }},
 		{"max_connections_per_ip changed", func(v *vals) { v.max = 200 }},
 		{"upstream_ca_file changed", func(v *vals) { v.ca = filepath.Join(dir, "b.pem") }},
 		{"state_file changed", func(v *vals) { v.state = filepath.Join(dir, "b.json") }},
@@ -64,6 +67,65 @@ func TestReloadRestartNoticeAgainstRunning(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestReloadNoticesSayWhatChanged: the restart notice names each
+// listener that moved, with its running and its new address (bug: "listener
+// addresses changed", not which), and "health config updated" is logged
+// only by a reload that changes the health settings (bug: by every one).
+func TestReloadNoticesSayWhatChanged(t *testing.T) {
+	conf := func(socks, admin, base string) string {
+		return fmt.Sprintf("[listen]\nsocks5 = %q\nhttp = \"\"\nadmin = %q\n[cooldown.refused]\nbase = %q\n"+
+			"[[upstream]]\nurl = \"direct://\"\nname = \"direct\"\n", socks, admin, base)
+	}
+	srv, logs := newGateway(t, "notice.toml", conf("127.0.0.1:0", "", "30s")) // not started
+	lines := func() []map[string]any {
+		var out []map[string]any
+		for _, l := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+			var m map[string]any
+			if err := json.Unmarshal([]byte(l), &m); err != nil {
+				t.Fatalf("log line %q: %v", l, err)
+			}
+			out = append(out, m)
+		}
+		return out
+	}
+	reload := func(text string) (moved []string, healthUpdates int) {
+		t.Helper()
+		before := len(lines())
+		next, err := ParseConfig("notice.toml", []byte(text))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := srv.Reload(next); err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range lines()[before:] {
+			switch m["message"] {
+			case "reload: listener address changed; it takes effect after a restart":
+				moved = append(moved, fmt.Sprintf("%v %v→%v", m["listener"], m["from"], m["to"]))
+			case "health config updated":
+				healthUpdates++
+			}
+		}
+		return moved, healthUpdates
+	}
+
+	if moved, n := reload(conf("127.0.0.1:0", "", "30s")); len(moved) != 0 || n != 0 {
+		t.Errorf("unchanged file: notices %q, %d health updates; want none", moved, n)
+	}
+	if moved, n := reload(conf("127.0.0.1:1", "127.0.0.1:2", "30s")); strings.Join(moved, ", ") != "socks5 127.0.0.1:0→127.0.0.1:1, admin →127.0.0.1:2" || n != 0 {
+		t.Errorf("two listeners moved: notices %q, %d health updates; want socks5 and admin named, no health update", moved, n)
+	}
+	if moved, n := reload(conf("127.0.0.1:0", "", "45s")); len(moved) != 0 || n != 1 {
+		t.Errorf("cooldown changed: notices %q, %d health updates; want no notice, one update", moved, n)
+	}
+	if got := srv.Tracker().Policy().Cooldown(health.Refused, 1, 0.5); got != 45*time.Second {
+		t.Errorf("after the cooldown change the policy gives %v, want 45s", got)
+	}
+	if _, n := reload(conf("127.0.0.1:0", "", "45s")); n != 0 {
+		t.Errorf("the same file again: %d health updates, want none", n)
 	}
 }
 

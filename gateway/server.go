@@ -218,9 +218,9 @@ func (s *Server) upstreamSpecs(cfg *Config) ([]upstream.Spec, map[string]int, er
 			continue
 		}
 		if had := s.listCounts[l.Path]; had > 0 {
-			return nil, nil, fmt.Errorf("upstream_file %s: %s; it gave %d upstreams until now, so the running list stays (remove the [[upstream_file]] to drop it)", l.Path, emptyListMsg, had)
+			return nil, nil, ConfigErrors{cfg.emptyListError(l, fmt.Sprintf("; it gave %d upstreams until now, so the running list stays (remove the [[upstream_file]] to drop it)", had))}
 		}
-		s.log.Warn().Str("file", l.Path).Msg("upstream_file: " + emptyListMsg)
+		s.log.Warn().Str("file", l.Path).Err(cfg.emptyListError(l, "")).Msg("upstream_file: " + emptyListMsg)
 	}
 	return specs, counts, nil
 }
@@ -459,11 +459,20 @@ func (s *Server) Reload(cfg *Config) error {
 	if err := exposure(bound(cfg, old), "make the running listeners", "reload"); err != nil {
 		return fmt.Errorf("%w (listeners keep their start-up addresses until a restart)", err)
 	}
-	if old.Listen.SOCKS5 != cfg.Listen.SOCKS5 || old.Listen.HTTP != cfg.Listen.HTTP || old.Listen.Admin != cfg.Listen.Admin {
-		s.log.Warn().Msg("reload: listener addresses changed; they take effect after a restart")
+	for _, l := range []struct{ name, from, to string }{
+		{"socks5", old.Listen.SOCKS5, cfg.Listen.SOCKS5}, {"http", old.Listen.HTTP, cfg.Listen.HTTP}, {"admin", old.Listen.Admin, cfg.Listen.Admin},
+	} {
+		if l.from != l.to {
+			s.log.Warn().Str("listener", l.name).Str("from", l.from).Str("to", l.to).
+				Msg("reload: listener address changed; it takes effect after a restart")
+		}
 	}
-	if err := s.tr.SetConfig(trackerConfig(cfg)); err != nil {
-		return err
+	// Only a change is applied (and logged as "health config updated"):
+	// the same values would wake the prober and every waiter for nothing.
+	if healthChanged(s.cfg.Load(), cfg) {
+		if err := s.tr.SetConfig(trackerConfig(cfg)); err != nil {
+			return err
+		}
 	}
 	if err := s.pool.SetConfig(cfg.Pool); err != nil {
 		return err

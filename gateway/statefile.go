@@ -173,7 +173,7 @@ func (s *Server) startStateFile() {
 	sf.mu.Unlock()
 
 	if err := s.loadState(); err != nil {
-		s.log.Error().Str("err", err.Error()).Str("path", path).Msg("state file not restored")
+		s.log.Error().Err(err).Str("path", path).Msg("state file not restored")
 	}
 	s.wg.Add(1)
 	go func() { // owner: Server; ends on stopStateFile or when s.ctx is cancelled
@@ -261,7 +261,7 @@ func (s *Server) writeState() {
 	sf.lastErr = msg
 	sf.writeMu.Unlock()
 	if report {
-		s.log.Error().Str("err", msg).Msg("state file not written")
+		s.log.Error().Str(errField, msg).Msg("state file not written")
 	}
 }
 
@@ -492,7 +492,7 @@ func (s *Server) loadState() error {
 			break
 		}
 		s.log.Warn().Str("path", path).Int("line", sk.line).Str("key", sk.key).Bool("removed", sk.removed).
-			Str("err", sk.err.Error()).Msg("state file record skipped: it cannot be read; the others are restored")
+			Err(sk.err).Msg("state file record skipped: it cannot be read; the others are restored")
 	}
 	byKey := make(map[string]stateRecord, len(doc.Records))
 	for _, r := range doc.Records {

@@ -596,7 +596,7 @@ func TestStateFileBadRecordSkipped(t *testing.T) {
 		err     string
 	}{{bad, "socks5://alice@127.0.0.1:1", false, "bogus"}, {removedLine, "socks5://gone@127.0.0.1:9", true, "removed_at"}} {
 		m := skips[i]
-		if m["level"] != "warn" || m["line"] != float64(want.line) || m["key"] != want.key || m["removed"] != want.removed || !strings.Contains(fmt.Sprint(m["err"]), want.err) {
+		if m["level"] != "warn" || m["line"] != float64(want.line) || m["key"] != want.key || m["removed"] != want.removed || !strings.Contains(fmt.Sprint(m["error"]), want.err) {
 			t.Errorf("skip %d logged as %v; want line %d, key %s, removed %v, err about %s", i, m, want.line, want.key, want.removed, want.err)
 		}
 	}

@@ -217,7 +217,7 @@ func absPath(p string) string {
 }
 
 // logReloadError logs a rejected reload. Several problems (a config with
-// several errors, or a joined error) are logged one per line, err being
+// several errors, or a joined error) are logged one per line, error being
 // FILE:LINE: message, then the rejection with their count: no log line
 // holds a multi-line string.
 func logReloadError(log zerolog.Logger, err error) {
@@ -233,11 +233,11 @@ func logReloadError(log zerolog.Logger, err error) {
 		}
 	}
 	if len(msgs) == 1 {
-		log.Error().Str("err", msgs[0]).Msg("reload rejected: keeping the running config")
+		log.Error().Str(errField, msgs[0]).Msg("reload rejected: keeping the running config")
 		return
 	}
 	for _, m := range msgs {
-		log.Error().Str("err", m).Msg("config error")
+		log.Error().Str(errField, m).Msg("config error")
 	}
 	log.Error().Int("errors", len(msgs)).Msg("reload rejected: keeping the running config")
 }

@@ -68,6 +68,17 @@ func run(args []string, stdout, stderr io.Writer, notify notifyFunc) int {
 		usage(fs, stderr)
 		return 2
 	}
+	// A bad flag value is a usage error whatever else is given: with
+	// -version too, a typo in a unit file or script shows on its first run.
+	if *logFormat != "json" && *logFormat != "console" {
+		fmt.Fprintf(stderr, "rotor: -log-format must be json or console, not %q\n", *logFormat)
+		return 2
+	}
+	level, err := zerolog.ParseLevel(*logLevel)
+	if err != nil || *logLevel == "" || level < zerolog.DebugLevel || level > zerolog.ErrorLevel {
+		fmt.Fprintf(stderr, "rotor: -log-level must be debug, info, warn or error, not %q\n", *logLevel)
+		return 2
+	}
 	if *showVersion {
 		fmt.Fprintln(stdout, "rotor", version)
 		return 0
@@ -84,14 +95,6 @@ func run(args []string, stdout, stderr io.Writer, notify notifyFunc) int {
 		// Colours only on a terminal: a log file, journald or docker logs
 		// would get the escape codes.
 		out = zerolog.ConsoleWriter{Out: stderr, TimeFormat: time.RFC3339, NoColor: !isTerminal(stderr)}
-	default:
-		fmt.Fprintf(stderr, "rotor: -log-format must be json or console, not %q\n", *logFormat)
-		return 2
-	}
-	level, err := zerolog.ParseLevel(*logLevel)
-	if err != nil || *logLevel == "" || level < zerolog.DebugLevel || level > zerolog.ErrorLevel {
-		fmt.Fprintf(stderr, "rotor: -log-level must be debug, info, warn or error, not %q\n", *logLevel)
-		return 2
 	}
 	path, err := configFile(*configPath)
 	if err != nil {

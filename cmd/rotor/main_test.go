@@ -40,6 +40,8 @@ func TestCheck(t *testing.T) {
 	bad := write("bad.toml", "[pool]\nmax_attempts = 3\nwait_for_upstrem = \"10s\"\n\n[[upstream]]\nurl = \"ftp://u:secret-pw@127.0.0.1:21\"\n")
 	list := write("proxies.txt", "127.0.0.1:3128\nnot a proxy line\n")
 	withList := write("list.toml", "[[upstream_file]]\npath = \""+filepath.Base(list)+"\"\n")
+	empty := write("empty.txt", "# nothing yet\n")
+	withEmpty := write("empty.toml", "[[upstream]]\nurl = \"socks5://127.0.0.1:1080\"\n[[upstream_file]]\npath = \"empty.txt\"\n")
 
 	cases := []struct {
 		name  string
@@ -50,6 +52,8 @@ func TestCheck(t *testing.T) {
 		{"valid", good, 0, []string{"ok"}},
 		{"unknown key and bad scheme", bad, 1, []string{bad + ":3: unknown key \"pool.wait_for_upstrem\"", bad + ":6: "}},
 		{"bad list line", withList, 1, []string{list + ":2: "}},
+		// At the line of its path (bug: "empty.txt: no upstreams…", no line).
+		{"empty list", withEmpty, 1, []string{withEmpty + ":4: upstream_file " + empty + ": no upstreams in this list file"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -114,9 +118,15 @@ func TestCheckWarnsPrivateProbeBehindDirect(t *testing.T) {
 }
 
 func TestBadFlags(t *testing.T) {
-	if code, _, _ := runCmd(t, "-log-format", "xml", "-version"); code != 0 {
-		// -version exits before the log format is looked at
-		t.Fatalf("exit %d", code)
+	// A bad value is a usage error with -version too (bug: -log-level
+	// bogus -version printed the version and exited 0).
+	for _, args := range [][]string{{"-log-level", "bogus", "-version"}, {"-version", "-log-level", "bogus"}, {"-log-format", "xml", "-version"}} {
+		if code, out, errs := runCmd(t, args...); code != 2 || out != "" || !strings.Contains(errs, "must be") {
+			t.Errorf("%q: exit %d stdout %q stderr %q, want 2 and the flag's error", args, code, out, errs)
+		}
+	}
+	if code, out, _ := runCmd(t, "-log-level", "debug", "-log-format", "console", "-version"); code != 0 || !strings.HasPrefix(out, "rotor ") {
+		t.Errorf("good values with -version: exit %d %q", code, out)
 	}
 	if code, _, errs := runCmd(t, "-log-format", "xml", "-config", "/nonexistent.toml"); code == 0 || !strings.Contains(errs, "log-format") {
 		t.Fatalf("bad -log-format: exit %d %q", code, errs)
