@@ -212,7 +212,7 @@ func (s *Server) socksHandshakeFailed(id uint64, c net.Conn, err error, clientAu
 		return
 	}
 	s.log.Debug().Uint64("conn_id", id).Str("listener", "socks5").Str("client", c.RemoteAddr().String()).
-		Str("err", err.Error()).Msg("socks5 handshake failed")
+		Err(err).Msg("socks5 handshake failed")
 	if clientAuth {
 		s.metrics.tunnelDone("socks5", "client_auth")
 		return
