@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -26,6 +27,28 @@ func sendGateway(t *testing.T, idle time.Duration) (*Server, *logBuffer) {
 	return srv, logs
 }
 
+// endlessTarget answers every request with a body that never ends:
+// whatever the socket buffers hold, the writes reach a client that reads
+// nothing. ended is closed when a write fails (rotor let go).
+func endlessTarget(t *testing.T) (rt *rawTarget, ended chan struct{}) {
+	ended = make(chan struct{})
+	var once sync.Once
+	rt = newRawTarget(t, func(c net.Conn, br *bufio.Reader, rt *rawTarget) {
+		if _, err := rt.readHead(br); err != nil {
+			return
+		}
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 1099511627776\r\n\r\n")
+		buf := make([]byte, 32<<10)
+		for {
+			if _, err := c.Write(buf); err != nil {
+				once.Do(func() { close(ended) })
+				return
+			}
+		}
+	})
+	return rt, ended
+}
+
 // A client that stops reading a forwarded answer (its receive window
 // full) is taken for gone once nothing could be written to it for the
 // send limit: the connection closes, the upstream exchange ends, the
@@ -33,22 +56,7 @@ func sendGateway(t *testing.T, idle time.Duration) (*Server, *logBuffer) {
 // hold the connection and the request's goroutine for as long as the
 // client liked (a slow-read client kept its slot for ever), then log ok.
 func TestH1ClientThatStopsReadingIsCut(t *testing.T) {
-	ended := make(chan struct{})
-	rt := newRawTarget(t, func(c net.Conn, br *bufio.Reader, rt *rawTarget) {
-		if _, err := rt.readHead(br); err != nil {
-			return
-		}
-		// A body that never ends: whatever the socket buffers hold, the
-		// writes reach a client that reads nothing.
-		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 1099511627776\r\n\r\n")
-		buf := make([]byte, 32<<10)
-		for {
-			if _, err := c.Write(buf); err != nil {
-				close(ended)
-				return
-			}
-		}
-	})
+	rt, ended := endlessTarget(t)
 	srv, logs := sendGateway(t, 500*time.Millisecond)
 	c, _ := h1Dial(t, srv)
 	_ = c.(*net.TCPConn).SetReadBuffer(4096)
@@ -251,20 +259,7 @@ func TestH1CutHeadIs408(t *testing.T) {
 // 60 s limit cut such clients after 120 s).
 func TestH1StalledClientCutAtTheLimit(t *testing.T) {
 	const idle = 2 * time.Second
-	ended := make(chan struct{})
-	rt := newRawTarget(t, func(c net.Conn, br *bufio.Reader, rt *rawTarget) {
-		if _, err := rt.readHead(br); err != nil {
-			return
-		}
-		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 1099511627776\r\n\r\n")
-		buf := make([]byte, 32<<10)
-		for {
-			if _, err := c.Write(buf); err != nil {
-				close(ended)
-				return
-			}
-		}
-	})
+	rt, ended := endlessTarget(t)
 	srv, _ := sendGateway(t, idle)
 	c, _ := h1Dial(t, srv)
 	start := time.Now()
