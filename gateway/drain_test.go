@@ -257,16 +257,7 @@ func TestShutdownGraceCutsForwardedAnswer(t *testing.T) {
 				fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", size, strings.Repeat("x", sent))
 				_, _ = io.Copy(io.Discard, c) // the rest never comes: until rotor closes
 			})
-			srv, logs := newGateway(t, "drain.toml", drainConf)
-			if err := srv.Start(); err != nil {
-				t.Fatal(err)
-			}
-			c, err := net.DialTimeout("tcp", srv.Addr("http"), 5*time.Second)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			_ = c.SetDeadline(time.Now().Add(2 * time.Minute))
+			srv, logs, c := drainHTTPClient(t)
 			cl := ""
 			if method == http.MethodPost {
 				cl = "Content-Length: 0\r\n"
@@ -349,16 +340,7 @@ func TestShutdownGraceCutsAnswerToAStalledReader(t *testing.T) {
 			}
 		}
 	})
-	srv, logs := newGateway(t, "drain.toml", drainConf)
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	c, err := net.DialTimeout("tcp", srv.Addr("http"), 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(2 * time.Minute))
+	srv, logs, c := drainHTTPClient(t)
 	fmt.Fprintf(c, "GET http://%s/big HTTP/1.1\r\nHost: %s\r\n\r\n", rt.Addr(), rt.Addr())
 	resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: http.MethodGet})
 	if err != nil || resp.StatusCode != http.StatusOK {
@@ -430,16 +412,7 @@ func TestShutdownGraceCutsUpload(t *testing.T) {
 				}
 				_, _ = io.Copy(io.Discard, br) // until rotor closes
 			})
-			srv, logs := newGateway(t, "drain.toml", drainConf)
-			if err := srv.Start(); err != nil {
-				t.Fatal(err)
-			}
-			c, err := net.DialTimeout("tcp", srv.Addr("http"), 5*time.Second)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			_ = c.SetDeadline(time.Now().Add(2 * time.Minute))
+			srv, logs, c := drainHTTPClient(t)
 			fmt.Fprintf(c, "POST http://%s/up HTTP/1.1\r\nHost: %s\r\nContent-Length: %d\r\n\r\n0123456789", rt.Addr(), rt.Addr(), tc.size)
 			eventually(t, "request running", func() bool { return runningRequests(srv) == 1 })
 			if tc.size > 100 {
@@ -471,4 +444,21 @@ func TestShutdownGraceCutsUpload(t *testing.T) {
 			}
 		})
 	}
+}
+
+// drainHTTPClient starts a drain test's gateway (the test shuts it down
+// itself) and connects a client to its HTTP front, with its log.
+func drainHTTPClient(t *testing.T) (*Server, *logBuffer, net.Conn) {
+	t.Helper()
+	srv, logs := newGateway(t, "drain.toml", drainConf)
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	c, err := net.DialTimeout("tcp", srv.Addr("http"), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	_ = c.SetDeadline(time.Now().Add(2 * time.Minute))
+	return srv, logs, c
 }
