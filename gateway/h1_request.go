@@ -96,6 +96,9 @@ func requestParseError(err error) (int, string) {
 // reason as its body (as plainError does), and flushes; the connection
 // closes.
 func (hc *h1Conn) plain(status int, rotorErr, reason string) {
+	// Every caller refuses a request head: counted as the SOCKS5 front
+	// counts a malformed handshake.
+	hc.s.metrics.tunnelDone("http", "handshake_error")
 	_, _ = hc.bw.WriteString("HTTP/1.1 " + strconv.Itoa(status) + " " + http.StatusText(status) +
 		"\r\nContent-Type: text/plain; charset=utf-8\r\nX-Rotor-Error: " + rotorErr +
 		"\r\nConnection: close\r\nContent-Length: " + strconv.Itoa(len(reason)+1) + "\r\n\r\n" + reason + "\n")

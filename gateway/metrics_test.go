@@ -263,3 +263,35 @@ func TestForwardBytesCounted(t *testing.T) {
 	}
 	eventuallyTrue(t, "both requests counted", func() bool { return counted("up") == up && counted("down") == cc.n })
 }
+
+// TestHTTPBadHeadsCounted: a request head the HTTP front refuses (400,
+// 431, 505) counts as outcome handshake_error, as a malformed SOCKS5
+// handshake does (bug: they were counted nowhere, so a client sending
+// garbage to the HTTP port did not show in rotor_tunnels_total).
+func TestHTTPBadHeadsCounted(t *testing.T) {
+	srv := directGateway(t)
+	for _, head := range []string{
+		"GARBAGE\r\n\r\n",
+		"GET http://a.test/ HTTP/1.1\r\nHost: a.test\r\nContent-Length: x\r\n\r\n",
+		"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
+		"GET http://a.test/ HTTP/1.1\r\nHost: a.test\r\nX: " + strings.Repeat("a", 80<<10) + "\r\n\r\n",
+	} {
+		c, err := net.Dial("tcp", srv.Addr("http"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.WriteString(c, head)
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		c.Close()
+		if err != nil || resp.StatusCode < 400 {
+			t.Fatalf("%.20q: %v %v, want a 4xx/5xx", head, statusOf(resp), err)
+		}
+	}
+	var m dto.Metric
+	if err := srv.metrics.tunnelsTotal.WithLabelValues("http", "handshake_error").Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	if got := m.GetCounter().GetValue(); got != 4 {
+		t.Errorf(`rotor_tunnels_total{front="http",outcome="handshake_error"} = %v, want 4`, got)
+	}
+}
