@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -279,11 +280,27 @@ func (t *Tracker) claimProbe(q queued) (Dialer, bool) {
 	r := q.rec
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.removed || q.epoch != r.epoch || r.probing || State(r.state.Load()) != ProbeAllowed {
+	if r.removed || q.epoch != r.epoch || r.probing || State(r.state.Load()) != ProbeAllowed ||
+		t.clock.Now().Before(r.probeNotTill) {
 		return nil, false
 	}
 	r.probing = true
 	return r.dialer, true
+}
+
+// localProbeRetry is how soon a probe that could not run for want of a
+// local resource (localResource) is tried again.
+const localProbeRetry = time.Second
+
+// localResource reports an error of this machine, not of the upstream
+// probed: out of file descriptors, ephemeral ports, buffers or memory.
+func localResource(err error) bool {
+	for _, errno := range []syscall.Errno{syscall.EMFILE, syscall.ENFILE, syscall.EADDRNOTAVAIL, syscall.ENOBUFS, syscall.ENOMEM} {
+		if errors.Is(err, errno) {
+			return true
+		}
+	}
+	return false
 }
 
 // runProbe probes q's record through d with p (the probe settings in force
@@ -304,6 +321,18 @@ func (t *Tracker) runProbe(ctx context.Context, p *probeSpec, q queued, d Dialer
 		return // Run is stopping: neither a pass nor a failure
 	}
 	name := r.name
+	if err != nil && localResource(err) && !r.removed && q.epoch == r.epoch {
+		// This machine could not make the probe's connections: nothing
+		// is known of the upstream. It stays probe_allowed (cooling it
+		// would keep it out for a growing cooldown after the pressure is
+		// gone) and is probed again shortly, not at once.
+		r.probeNotTill = now.Add(localProbeRetry)
+		r.mu.Unlock()
+		t.sched.push(item{at: now.Add(localProbeRetry), rec: r, epoch: q.epoch, kind: kindProbe})
+		t.kickProber()
+		t.log.Debug().Str("upstream", name).Err(err).Msg("probe could not run: out of a local resource")
+		return
+	}
 	r.lastProbe = wall(now)
 	if err == nil {
 		r.probesOK++

@@ -77,6 +77,7 @@ type Record struct {
 	consec       [numClasses]int
 	failures     *failureMatrix // nil until the first failure
 	probing      bool
+	probeNotTill time.Time // monotonic: no probe before (this machine ran out of fds, ports or memory)
 	probesOK     uint64
 	probesFailed uint64
 	lastProbe    time.Time // wall clock
