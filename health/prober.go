@@ -289,12 +289,13 @@ func (t *Tracker) claimProbe(q queued) (Dialer, bool) {
 }
 
 // localProbeRetry is how soon a probe that could not run for want of a
-// local resource (localResource) is tried again.
+// local resource (LocalResource) is tried again.
 const localProbeRetry = time.Second
 
-// localResource reports an error of this machine, not of the upstream
-// probed: out of file descriptors, ephemeral ports, buffers or memory.
-func localResource(err error) bool {
+// LocalResource reports an error of this machine, not of an upstream or
+// a target: out of file descriptors, ephemeral ports, buffers or memory.
+// Such a failure is nobody's: it cools nothing.
+func LocalResource(err error) bool {
 	for _, errno := range []syscall.Errno{syscall.EMFILE, syscall.ENFILE, syscall.EADDRNOTAVAIL, syscall.ENOBUFS, syscall.ENOMEM} {
 		if errors.Is(err, errno) {
 			return true
@@ -321,7 +322,7 @@ func (t *Tracker) runProbe(ctx context.Context, p *probeSpec, q queued, d Dialer
 		return // Run is stopping: neither a pass nor a failure
 	}
 	name := r.name
-	if err != nil && localResource(err) && !r.removed && q.epoch == r.epoch {
+	if err != nil && LocalResource(err) && !r.removed && q.epoch == r.epoch {
 		// This machine could not make the probe's connections: nothing
 		// is known of the upstream. It stays probe_allowed (cooling it
 		// would keep it out for a growing cooldown after the pressure is

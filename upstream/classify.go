@@ -110,16 +110,6 @@ var ErrRequestRejected = errors.New("the upstream proxy rejected the client's re
 // way), and the client is told rotor is overloaded.
 var ErrLocalResource = errors.New("rotor is out of a local resource")
 
-// localResource reports an error of rotor's own machine (ErrLocalResource).
-func localResource(err error) bool {
-	for _, errno := range []syscall.Errno{syscall.EMFILE, syscall.ENFILE, syscall.EADDRNOTAVAIL, syscall.ENOBUFS, syscall.ENOMEM} {
-		if errors.Is(err, errno) {
-			return true
-		}
-	}
-	return false
-}
-
 // LocalFailure is the ClassNone failure of a dial rotor's machine could
 // not make (ErrLocalResource), at stage.
 func LocalFailure(err error, stage health.Stage) *health.Failure {
@@ -172,7 +162,7 @@ func Classify(err error, stage health.Stage) *health.Failure {
 	if IsCanceled(err) {
 		return &health.Failure{Class: health.ClassNone, Stage: stage, Err: err}
 	}
-	if localResource(err) {
+	if health.LocalResource(err) {
 		return LocalFailure(err, stage)
 	}
 	var (

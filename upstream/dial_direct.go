@@ -61,7 +61,7 @@ func (d *directDialer) DialContext(ctx context.Context, network, addr string) (n
 	}
 	c, err := nd.DialContext(ctx, network, addr)
 	if err != nil {
-		if localResource(err) {
+		if health.LocalResource(err) {
 			return nil, LocalFailure(err, health.StageTargetConnect)
 		}
 		return nil, &health.Failure{Class: directClass(err), Stage: health.StageTargetConnect, Target: host, Err: err}
