@@ -368,8 +368,13 @@ func (a *Attempts) Next(ctx context.Context) (e *Endpoint, err error) {
 			return e, nil
 		}
 		// After a failed attempt, no other upstream to try now: wait for
-		// one as a first pick does, within the same wait_for_upstream
-		// (one that failed only for this host is still no candidate).
+		// one as a first pick does, within the same wait_for_upstream,
+		// while one may still come (an untried one that is cooling, being
+		// probed or at its limits); none can when every one was tried, is
+		// disabled or cools for this host only: the client is told now.
+		if len(a.tried) > 0 && !a.awaitable() {
+			break
+		}
 		if len(a.req.Tags) > 0 && len(p.set.Load().viewOf(a).idx) == 0 {
 			// No upstream carries these tags: no state change can help,
 			// only a reload, and waiting wait_for_upstream for one tells
@@ -503,6 +508,38 @@ func (a *Attempts) admit(s *set, i int) bool {
 		return false
 	}
 	return true
+}
+
+// awaitable reports whether an endpoint this request has not tried may
+// still become one it can use: in its view (its tags), not disabled, not
+// cooling for its host. O(the view), after a failed attempt only.
+func (a *Attempts) awaitable() bool {
+	p := a.p
+	s := p.set.Load()
+	ok := func(i int) bool {
+		e, ld := s.eps[i], s.lds[i]
+		for _, t := range a.tried {
+			if t.ld == ld {
+				return false
+			}
+		}
+		st, _ := p.tr.Status(e.rec)
+		return st != health.Disabled && !p.tr.TargetCooling(e.rec, a.host)
+	}
+	if v := s.viewOf(a); v != nil {
+		for _, i := range v.idx {
+			if ok(int(i)) {
+				return true
+			}
+		}
+		return false
+	}
+	for i := range s.eps {
+		if ok(i) {
+			return true
+		}
+	}
+	return false
 }
 
 // viable is admit without its reservations (see admitter): false only

@@ -95,7 +95,9 @@ func TestRetryWaitsForAnotherUpstream(t *testing.T) {
 	good := upstreamtest.NewSOCKS5(t, upstreamtest.Options{})
 	tp := newTestPool(t, PoolConfig{Strategy: "round-robin", MaxAttempts: 3, WaitForUpstream: 20 * time.Second}, nil,
 		Spec{Name: "bad", URL: bad.URL()}, Spec{Name: "good", URL: good.URL()})
-	tp.disable(t, "good")
+	// good cools (untried by the request): it may come back, so the
+	// request waits for it.
+	tp.tr.Fail(tp.Lookup("good").Record(), &health.Failure{Class: health.Refused, Stage: health.StageDial})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go tp.tr.Run(ctx) // owner: the test; ends with ctx
@@ -133,5 +135,43 @@ func TestRetryWaitsForAnotherUpstream(t *testing.T) {
 		r.l.Done()
 	case <-time.After(15 * time.Second):
 		t.Fatal("the request still waits 15s after an upstream came back")
+	}
+}
+
+// TestRetryDoesNotWaitForNothing: after a failed attempt the request
+// waits only while an untried upstream may still come; when every one was
+// tried, is disabled, or cools for this host only, it fails at once (bug:
+// it waited all of wait_for_upstream for nothing, then failed the same way).
+func TestRetryDoesNotWaitForNothing(t *testing.T) {
+	bad := upstreamtest.NewSOCKS5(t, upstreamtest.Options{Mode: upstreamtest.Mode{Fault: upstreamtest.Refuse}})
+	good := upstreamtest.NewSOCKS5(t, upstreamtest.Options{})
+	for _, tc := range []struct {
+		name    string
+		prepare func(tp *testPool)
+	}{
+		{"both tried", func(tp *testPool) {}},
+		{"the other disabled", func(tp *testPool) { tp.disable(t, "other") }},
+		{"the other cooling for this host", func(tp *testPool) {
+			tp.tr.Fail(tp.Lookup("other").Record(), &health.Failure{Class: health.TargetHTTPError, Stage: health.StageHTTPStatus,
+				Scope: health.ScopeTarget, Target: "127.0.0.1:9"})
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			other := good.URL()
+			if tc.name == "both tried" {
+				other = bad.URL()
+				other.User = url.User("second") // another identity, refused too
+			}
+			tp := newTestPool(t, PoolConfig{Strategy: "round-robin", MaxAttempts: 3, WaitForUpstream: time.Minute}, nil,
+				Spec{Name: "bad", URL: bad.URL()}, Spec{Name: "other", URL: other})
+			tc.prepare(tp)
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			_, err := tp.Dial(ctx, Request{Addr: "127.0.0.1:9"})
+			var ae *AttemptsError
+			if !errors.As(err, &ae) || ctx.Err() != nil {
+				t.Fatalf("Dial: %v (context: %v), want the attempts' failure at once", err, ctx.Err())
+			}
+		})
 	}
 }
