@@ -524,20 +524,36 @@ func rawHead(w http.ResponseWriter) []byte {
 // get takes the newest idle connection for key; reused is true when one
 // was found.
 func (fc *fwdClient) get(key string) (pc *fwdConn, reused bool) {
-	now := time.Now()
-	fc.mu.Lock()
-	defer fc.mu.Unlock()
-	for l := fc.idle[key]; len(l) > 0; l = fc.idle[key] {
-		pc = l[len(l)-1]
-		l[len(l)-1] = nil
-		fc.idle[key] = l[:len(l)-1]
-		fc.nidle--
-		if now.Sub(pc.idleAt) < fwdIdleTimeout && (fc.reusable == nil || fc.reusable(pc.c)) {
+	for {
+		if pc = fc.pop(key); pc == nil {
+			return nil, false
+		}
+		// Bytes (or an end) that came while it was idle are no answer
+		// to the request about to go: the connection is not reused.
+		if pc.br.Buffered() == 0 && !idleReadable(pc.c) {
 			return pc, true
 		}
 		_ = pc.c.Close()
 	}
-	return nil, false
+}
+
+// pop takes the newest idle connection for key still fit for reuse (not
+// idle too long, allowed by reusable), closing those that are not.
+func (fc *fwdClient) pop(key string) *fwdConn {
+	now := time.Now()
+	fc.mu.Lock()
+	defer fc.mu.Unlock()
+	for l := fc.idle[key]; len(l) > 0; l = fc.idle[key] {
+		pc := l[len(l)-1]
+		l[len(l)-1] = nil
+		fc.idle[key] = l[:len(l)-1]
+		fc.nidle--
+		if now.Sub(pc.idleAt) < fwdIdleTimeout && (fc.reusable == nil || fc.reusable(pc.c)) {
+			return pc
+		}
+		_ = pc.c.Close()
+	}
+	return nil
 }
 
 // put returns pc to the idle pool, or closes it when the pool is full or

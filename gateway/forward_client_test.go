@@ -718,3 +718,47 @@ func TestForwardClientGoneAtLastFlush(t *testing.T) {
 		t.Errorf("want outcome client_gone; logs:\n%s", logs.String())
 	}
 }
+
+// TestForwardIdleConnUnsolicitedBytes: bytes a server sends on a
+// kept-alive connection after its answer ended are no answer to the next
+// request: that connection is not reused (bug: the next request, from
+// another client, got them as its answer — here a forged "INJECTED"
+// response after a HEAD's — and every later answer on that connection
+// was one request behind).
+func TestForwardIdleConnUnsolicitedBytes(t *testing.T) {
+	rt := newRawTarget(t, func(c net.Conn, br *bufio.Reader, rt *rawTarget) {
+		for {
+			head, err := rt.readHead(br)
+			if err != nil {
+				return
+			}
+			if strings.HasPrefix(head, "HEAD ") {
+				_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 47\r\n\r\n")
+				time.Sleep(100 * time.Millisecond)
+				_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\nINJECTED")
+				continue
+			}
+			_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nnormal")
+		}
+	})
+	srv := directGateway(t)
+	ask := func(method string) string {
+		c, err := net.Dial("tcp", srv.Addr("http"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		fmt.Fprintf(c, "%s http://%s/x HTTP/1.1\r\nHost: %s\r\n\r\n", method, rt.Addr(), rt.Addr())
+		resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: method})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	ask(http.MethodHead)
+	time.Sleep(400 * time.Millisecond) // the unsolicited answer has come
+	if got := ask(http.MethodGet); got != "normal" {
+		t.Fatalf("a new client's GET got %q, want the target's answer to it", got)
+	}
+}
