@@ -166,17 +166,19 @@ func (l *headLimit) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// sendLimit is the writer under the connection's bufio.Writer: each write
-// to the client must be taken within idle, or the client is taken for
-// gone (stalled): one that stops reading, its receive window full, would
-// otherwise hold its connection, goroutine and upstream exchange as long
-// as it likes. Writes are at most 32 KiB (a relay buffer), so a reader
-// that keeps reading (some 550 bytes a second at the 60 s limit) is not
-// cut, however long its answer takes. The limit is per write, as the
-// request body's is per read: an earlier rule that let a write outlast
-// it while "data left the socket" was fooled by the client's kernel, which
-// takes a little more at each zero-window probe (receive-queue collapse)
-// while the client reads nothing, and kept such clients twice the limit.
+// sendLimit is the writer under the connection's bufio.Writer: the client
+// must take some of its answer within idle while rotor waits to write, or
+// it is taken for gone (stalled): one that stops reading, its receive
+// window full, would otherwise hold its connection, goroutine and
+// upstream exchange as long as it likes. A slow reader that keeps reading
+// is not cut, however long its answer takes.
+//
+// After a write that waited, the socket tells whether data left for the
+// client since the wait began (sentWithin, TCP_INFO): that the write took
+// some bytes says little, as the kernel takes a few hundred more into a
+// full send buffer at each zero-window probe while the client reads
+// nothing. Where the socket cannot tell (off Linux), a write that took
+// bytes since then stands for progress.
 //
 // A deadline the handler set (h1Writer.SetWriteDeadline) replaces the
 // limit until it clears it.
@@ -184,7 +186,11 @@ type sendLimit struct {
 	hc    *h1Conn
 	idle  time.Duration
 	fixed atomic.Bool // the handler's own deadline is on the connection
-	total int64       // bytes written to the client, for rotor_bytes_total (the writer's own)
+
+	// The writer's own (one write at a time):
+	since time.Time // start of the wait in which the client was last seen taking nothing; zero when it took some
+	moved time.Time // when a write last took bytes
+	total int64     // bytes written to the client, for rotor_bytes_total
 }
 
 func (l *sendLimit) Write(p []byte) (n int, err error) {
@@ -193,12 +199,49 @@ func (l *sendLimit) Write(p []byte) (n int, err error) {
 	if l.fixed.Load() || l.idle <= 0 {
 		return c.Write(p)
 	}
-	_ = c.SetWriteDeadline(time.Now().Add(l.idle))
-	n, err = c.Write(p)
-	if errors.Is(err, os.ErrDeadlineExceeded) && !l.fixed.Load() {
-		return n, l.hc.stalled(l.idle)
+	for {
+		start := time.Now()
+		deadline := start.Add(l.idle)
+		if !l.since.IsZero() {
+			deadline = l.since.Add(l.idle) // the clock of a wait without progress runs on
+		}
+		_ = c.SetWriteDeadline(deadline)
+		m, err := c.Write(p[n:])
+		n += m
+		now := time.Now()
+		if m > 0 {
+			l.moved = now
+		}
+		timedOut := errors.Is(err, os.ErrDeadlineExceeded)
+		if timedOut || now.Sub(start) >= l.idle/16 {
+			// This write waited on the client: did it take anything
+			// since the wait began?
+			from := start
+			if !l.since.IsZero() {
+				from = l.since
+			}
+			if l.took(from, now) {
+				l.since = time.Time{}
+			} else if l.since.IsZero() {
+				l.since = start
+			}
+		}
+		if !timedOut {
+			return n, err
+		}
+		if !l.since.IsZero() && now.Sub(l.since) >= l.idle {
+			return n, l.hc.stalled(l.idle)
+		}
 	}
-	return n, err
+}
+
+// took reports whether the client took some of its answer between from
+// and now.
+func (l *sendLimit) took(from, now time.Time) bool {
+	if sent, ok := sentWithin(l.hc.c, now.Sub(from)); ok {
+		return sent
+	}
+	return l.moved.After(from)
 }
 
 // stalled ends a connection whose client took nothing of its answer for
