@@ -407,6 +407,9 @@ func TestHardenClientCredentialsOnTheWire(t *testing.T) {
 			{"unknown user", connect("Proxy-Authorization: Basic " + basic("nobody", canaryClientPW) + "\r\n"), 407},
 			{"not basic", connect("Proxy-Authorization: Bearer " + canaryClientPW + "\r\n"), 407},
 			{"bad base64", connect("Proxy-Authorization: Basic !!!\r\n"), 407},
+			// No colon: user and password cannot be told apart, and the
+			// whole was logged as the user name.
+			{"no colon", connect("Proxy-Authorization: Basic " + base64.StdEncoding.EncodeToString([]byte("scraper;"+canaryClientPW)) + "\r\n"), 407},
 			{"right", connect("Proxy-Authorization: Basic " + basic("scraper", canaryClientPW) + "\r\n"), 503},
 			{"forward without", "GET http://example.invalid/ HTTP/1.1\r\nHost: example.invalid\r\n\r\n", 407},
 		}

@@ -76,7 +76,12 @@ func parseProxyAuth(h string) (user, pass string, ok bool) {
 	if err != nil {
 		return "", "", false
 	}
+	// Without the colon (RFC 7617 user-pass) there is no telling the user
+	// from the password: neither is kept, so none can reach a log line.
 	user, pass, ok = strings.Cut(string(raw), ":")
+	if !ok {
+		return "", "", false
+	}
 	return user, pass, ok
 }
 
