@@ -762,3 +762,49 @@ func TestForwardIdleConnUnsolicitedBytes(t *testing.T) {
 		t.Fatalf("a new client's GET got %q, want the target's answer to it", got)
 	}
 }
+
+// TestForwardStrayPercentInPieces: a stray "%" in a path is forwarded as
+// sent however the request line arrives: whole, cut in two, byte by byte,
+// and as the second request of a kept-alive connection cut across
+// segments (bug: only a line already whole in the buffer was mended; the
+// others got 400).
+func TestForwardStrayPercentInPieces(t *testing.T) {
+	rt := newRawTarget(t, serveAnswers(false, "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\n"))
+	srv := directGateway(t)
+	req := fmt.Sprintf("GET http://%s/50%%-off HTTP/1.1\r\nHost: %s\r\n\r\n", rt.Addr(), rt.Addr())
+	for _, tc := range []struct {
+		name   string
+		pieces []string
+		second bool
+	}{
+		{"whole", []string{req}, false},
+		{"in two", []string{req[:20], req[20:]}, false},
+		{"byte by byte", strings.Split(req[:40], ""), false},
+		{"second request in two", []string{req[:25], req[25:]}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, br := h1Dial(t, srv)
+			if tc.second {
+				io.WriteString(c, req)
+				if r, _ := h1Read(t, br, "GET"); r.StatusCode != 200 {
+					t.Fatalf("first request: %d", r.StatusCode)
+				}
+				<-rt.heads
+			}
+			pieces := tc.pieces
+			if tc.name == "byte by byte" {
+				pieces = append(pieces, req[40:])
+			}
+			for _, p := range pieces {
+				io.WriteString(c, p)
+				time.Sleep(5 * time.Millisecond)
+			}
+			if r, _ := h1Read(t, br, "GET"); r.StatusCode != 200 {
+				t.Fatalf("status %d, want 200", r.StatusCode)
+			}
+			if line, _, _ := strings.Cut(<-rt.heads, "\r\n"); line != "GET /50%-off HTTP/1.1" {
+				t.Errorf("target got %q", line)
+			}
+		})
+	}
+}

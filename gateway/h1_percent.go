@@ -18,14 +18,23 @@ import (
 
 // straySink rewrites the stray "%" of the request line buffered in br in
 // place and returns the target as the client sent it, or "" when there
-// was none (or the line is not all buffered: the parser then answers as
-// before). Only the path and query are touched: a "%" in an authority is
+// was none (or the line did not come whole: the parser then answers as
+// before; a line must fit the 4 KiB buffer to be mended). Only the path and query are touched: a "%" in an authority is
 // a zone or an error, and stays the parser's to judge.
 func straySink(br *bufio.Reader) string {
-	b, _ := br.Peek(br.Buffered())
-	end := bytes.IndexByte(b, '\n')
-	if end < 0 {
-		return ""
+	// The line may come in pieces (a slow client, a second request's
+	// line split across segments): peek until its end is buffered. An
+	// error (the head's deadline, the end of the connection, a line
+	// longer than the buffer) leaves the line to the parser, which meets
+	// the same error or line and answers as it does.
+	var b []byte
+	end := -1
+	for n := max(br.Buffered(), 1); end < 0; n = len(b) + 1 {
+		var err error
+		b, err = br.Peek(n)
+		if end = bytes.IndexByte(b, '\n'); end < 0 && err != nil {
+			return ""
+		}
 	}
 	line := b[:end]
 	sp1 := bytes.IndexByte(line, ' ')
