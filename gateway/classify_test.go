@@ -3,8 +3,11 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/rotor-proxy/rotor/health"
@@ -347,5 +350,28 @@ func TestExplainNoEligibleSaysWhetherItWaited(t *testing.T) {
 		if cf.Status != http.StatusServiceUnavailable || strings.Contains(cf.Reason, "waited") != tt.waited {
 			t.Errorf("%+v: %d %q, want waited=%v", tt.ne, cf.Status, cf.Reason, tt.waited)
 		}
+	}
+}
+
+// TestOverloadedOutcome: a dial rotor's machine could not make tells the
+// client so once (the reason repeated "rotor is out of a local resource"
+// with the whole error chain), and is outcome overloaded, at info, with
+// one error line for many (it was "failed" at warn, counted as if an
+// upstream had failed).
+func TestOverloadedOutcome(t *testing.T) {
+	srv, logs := newGateway(t, "o.toml", "[[upstream]]\nurl = \"direct://\"\n")
+	err := &upstream.AttemptsError{Attempts: []upstream.Attempt{{Upstream: "up",
+		Failure: upstream.LocalFailure(&net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("socket", syscall.EMFILE)}, health.StageDial)}}}
+	cf := explain(err)
+	if cf.Status != 503 || cf.Header != "overloaded" || cf.Reason != "rotor is out of a local resource (too many open files); no upstream is blamed" {
+		t.Errorf("explain = %d %q %q", cf.Status, cf.Header, cf.Reason)
+	}
+	for i := 0; i < 3; i++ {
+		if got := srv.errOutcome(err); got != "overloaded" || !quietOutcome(got) {
+			t.Fatalf("outcome %q (quiet %v), want overloaded, at info", got, quietOutcome(got))
+		}
+	}
+	if n := strings.Count(logs.String(), `"dials fail: rotor is out of a local resource`); n != 1 {
+		t.Errorf("%d error lines for 3 overloaded dials, want 1:\n%s", n, logs.String())
 	}
 }

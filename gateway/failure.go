@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"syscall"
 
 	"github.com/rotor-proxy/rotor/health"
 	"github.com/rotor-proxy/rotor/upstream"
@@ -62,8 +63,13 @@ func explain(err error) clientFailure {
 		name = ae.Last().Upstream
 	}
 	if errors.Is(err, upstream.ErrLocalResource) {
+		why := "file descriptors, ports or memory"
+		var errno syscall.Errno
+		if errors.As(err, &errno) {
+			why = errno.Error()
+		}
 		return clientFailure{SOCKS: repGeneralFailure, Status: http.StatusServiceUnavailable, Header: "overloaded",
-			Reason: "rotor is out of a local resource (file descriptors, ports or memory; no upstream is blamed): " + err.Error()}
+			Reason: "rotor is out of a local resource (" + why + "); no upstream is blamed"}
 	}
 	if errors.Is(err, upstream.ErrInvalidTarget) {
 		return clientFailure{SOCKS: repHostUnreachable, Status: http.StatusBadRequest, Header: "bad_request",

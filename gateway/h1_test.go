@@ -173,6 +173,10 @@ func TestH1BadRequests(t *testing.T) {
 		{"invalid method", "G(T http://a.test/ HTTP/1.1\r\nHost: a.test\r\n\r\n", 400, "invalid method"},
 		{"bad version", "GET http://a.test/ HTTX/1.1\r\nHost: a.test\r\n\r\n", 400, "malformed HTTP version"},
 		{"bad target", "GET http://a.test/\x7f HTTP/1.1\r\nHost: a.test\r\n\r\n", 400, "malformed request target"},
+		// CONNECT takes host:port alone: a userinfo or a path was dropped
+		// by the parser and the tunnel opened anyway.
+		{"CONNECT with userinfo", "CONNECT u:secret@127.0.0.1:9 HTTP/1.1\r\nHost: 127.0.0.1:9\r\n\r\n", 400, "CONNECT needs host:port"},
+		{"CONNECT with a path", "CONNECT 127.0.0.1:9/x HTTP/1.1\r\nHost: 127.0.0.1:9\r\n\r\n", 400, "CONNECT needs host:port"},
 		{"stray percent in the host", "GET http://a%zz.test/ HTTP/1.1\r\nHost: a.test\r\n\r\n", 400, "malformed request target"},
 		{"no Host on HTTP/1.1", "GET /x HTTP/1.1\r\n\r\n", 400, "missing required Host header"},
 		{"no Host on HTTP/1.1, absolute form", "GET http://a.test/ HTTP/1.1\r\n\r\n", 400, "missing required Host header"},

@@ -142,7 +142,10 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request, params use
 	id := s.connID.Add(1)
 	addr := r.Host
 	// Refusals get the tunnel's line, as on the SOCKS5 front.
-	if _, port, err := net.SplitHostPort(addr); err != nil || port == "" {
+	// The request target must be the authority form, host:port alone
+	// (RFC 9110 section 9.3.6): net/http's parser drops a userinfo or a
+	// path, which would have tunnelled somewhere the client did not quite ask for.
+	if _, port, err := net.SplitHostPort(addr); err != nil || port == "" || strings.ContainsAny(r.RequestURI, "/@?#") {
 		plainError(w, http.StatusBadRequest, "bad_request", "CONNECT needs host:port")
 		s.logTunnel(id, "http", nil, params.User, logTarget(addr), nil, badTargetError("want host:port"), relayResult{}, start, r.RemoteAddr)
 		return

@@ -125,7 +125,8 @@ func (s *Server) drainCut(err error) error {
 // client left while rotor waited or dialled, while it sent its request
 // body, or before a forwarded answer reached it whole (its own doing:
 // logged at info, not as a failure), "bad_request" for a request body
-// that was malformed or stalled (the client's too), else "failed".
+// that was malformed or stalled (the client's too), "overloaded" when
+// rotor's machine could not dial (upstream.ErrLocalResource), else "failed".
 // The log functions pass err through drainCut first.
 func (s *Server) errOutcome(err error) string {
 	var ce *clientBodyError
@@ -134,6 +135,9 @@ func (s *Server) errOutcome(err error) string {
 		return "unavailable"
 	case errors.Is(err, errDrainCut):
 		return "shutdown"
+	case errors.Is(err, upstream.ErrLocalResource):
+		s.noteOverloaded(err)
+		return "overloaded"
 	case errors.As(err, &ce) && ce.fault() != bodyGone:
 		return "bad_request"
 	case errors.As(err, &ce), errors.As(err, new(*clientGoneError)), errors.Is(err, context.Canceled):
@@ -144,9 +148,24 @@ func (s *Server) errOutcome(err error) string {
 
 // quietOutcome reports whether outcome is logged at info: the client's
 // own doing (client_gone, bad_request) or the drain's (shutdown) is no
-// sign of a problem with rotor or upstreams.
+// sign of a problem with rotor or upstreams. overloaded (rotor's machine
+// is out of fds, ports or memory) is at info too, said at error once per
+// acceptLogEvery (noteOverloaded): a warn line per refused request would
+// flood the log just when it happens.
 func quietOutcome(outcome string) bool {
-	return outcome == "client_gone" || outcome == "bad_request" || outcome == "shutdown"
+	return outcome == "client_gone" || outcome == "bad_request" || outcome == "shutdown" || outcome == "overloaded"
+}
+
+// noteOverloaded logs, at most once per acceptLogEvery, that dials fail
+// for want of a local resource, with how many failed since the last line.
+func (s *Server) noteOverloaded(err error) {
+	if now := time.Now().UnixNano(); now-s.overloadAt.Load() >= int64(acceptLogEvery) {
+		s.overloadAt.Store(now)
+		s.log.Error().Err(err).Int64("failed_since_last", s.overloads.Swap(0)).
+			Msg("dials fail: rotor is out of a local resource (raise its open-file limit: ulimit -n, LimitNOFILE, docker --ulimit nofile)")
+		return
+	}
+	s.overloads.Add(1)
 }
 
 // logForward writes the summary line of one forwarded plain-HTTP request.

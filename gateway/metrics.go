@@ -61,7 +61,7 @@ func newMetrics(s *Server) *metrics {
 		}, []string{"front"}),
 		tunnelsTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "rotor_tunnels_total",
-			Help: "Client connections and forwarded requests finished, by front (socks5, http, http_forward) and outcome (ok, failed, unavailable, client_gone, bad_request, slow_body, shutdown, refused_limit, handshake_error, client_auth).",
+			Help: "Client connections and forwarded requests finished, by front (socks5, http, http_forward) and outcome (ok, failed, unavailable, client_gone, bad_request, slow_body, shutdown, overloaded, refused_limit, handshake_error, client_auth).",
 		}, []string{"front", "outcome"}),
 		bytesTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "rotor_bytes_total",

@@ -67,6 +67,8 @@ type Server struct {
 	connID        atomic.Uint64
 	acceptErrAt   atomic.Int64 // UnixNano of the last "accept failed" line
 	acceptErrs    atomic.Int64 // failed accepts not logged since
+	overloadAt    atomic.Int64 // UnixNano of the last "out of a local resource" line
+	overloads     atomic.Int64 // such failures not logged since
 	metrics       *metrics
 	limits        *connLimits
 	transports    sync.Map     // trKey → *http.Transport, fwdKey → *fwdClient
