@@ -255,6 +255,12 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
 // serves again only after a passing probe. On a probe_allowed upstream
 // with no probe running it makes sure one is queued.
 func (s *Server) serveEnable(w http.ResponseWriter, r *http.Request, e *upstream.Endpoint) {
+	// It takes no fields: a body that is not empty or {} is refused, as
+	// the other actions refuse what they do not understand.
+	if err := decodeBody(w, r, &struct{}{}); err != nil && !errors.Is(err, io.EOF) {
+		writeError(w, http.StatusBadRequest, "invalid body: want no body or {}: "+err.Error())
+		return
+	}
 	s.tr.Enable(e.Record())
 	s.log.Info().Str("upstream", e.Name).Str("client", r.RemoteAddr).Msg("admin: upstream enabled")
 	writeJSON(w, http.StatusOK, s.record(e))

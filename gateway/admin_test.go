@@ -434,6 +434,8 @@ func TestAdminBodyErrorMessages(t *testing.T) {
 		{"stage probe", "report", `{"class":"refused","stage":"probe"}`,
 			`invalid stage "probe": want one of dial, proxy_handshake, proxy_auth, target_connect, first_byte, body, http_status`},
 		{"stage operator", "report", `{"class":"refused","stage":"operator"}`, `invalid stage "operator": want one of dial,`},
+		{"garbage to enable", "enable", `xxx{`, "invalid body: want no body or {}"},
+		{"a field to enable", "enable", `{"x":1}`, `unknown field "x"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
