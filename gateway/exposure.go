@@ -106,6 +106,9 @@ func (s *Server) selfTarget(addr string) bool {
 		if local || (ip != nil && ip.Equal(la.IP)) || (ip != nil && la.IP.IsUnspecified() && isLocalIP(ip)) {
 			return true
 		}
+		if ip == nil && s.localNames.local(host) {
+			return true // this machine's name (hostname, hosts file) at a listener's port
+		}
 	}
 	return false
 }

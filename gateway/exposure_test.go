@@ -7,6 +7,8 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -241,6 +243,45 @@ func TestClientRefusalsLoggedAtInfo(t *testing.T) {
 	for _, l := range lines {
 		if !strings.Contains(l, `"level":"info"`) {
 			t.Errorf("a refusal of the client's target not at info: %s", l)
+		}
+	}
+}
+
+// TestSelfTargetByLocalNames: a target named by this machine's hostname,
+// or by a name the hosts file gives a loopback address, at one of rotor's
+// listener ports is rotor itself (bug: "vm:9090", vm being the hostname,
+// reached the admin API through any proxy beside rotor, which resolves
+// the name from the same hosts file). Other ports, and other names, are
+// targets as before.
+func TestSelfTargetByLocalNames(t *testing.T) {
+	hosts := filepath.Join(t.TempDir(), "hosts")
+	if err := os.WriteFile(hosts, []byte("127.0.0.1 localhost\n127.0.1.1 myalias.example MyOther # comment\n::1 six.example\n192.0.2.7 remote.example\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	old := hostsPath
+	hostsPath = hosts
+	t.Cleanup(func() { hostsPath = old })
+	srv, _ := startGateway(t, "[[upstream]]\nurl = \"direct://\"\n")
+	_, admin, _ := net.SplitHostPort(srv.Addr("admin"))
+	hostname, err := os.Hostname()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		addr string
+		self bool
+	}{
+		{"myalias.example:" + admin, true},
+		{"MYALIAS.EXAMPLE.:" + admin, true},
+		{"myother:" + admin, true},
+		{"six.example:" + admin, true},
+		{hostname + ":" + admin, true},
+		{"remote.example:" + admin, false},
+		{"elsewhere.example:" + admin, false},
+		{"myalias.example:1", false},
+	} {
+		if got := srv.selfTarget(tc.addr); got != tc.self {
+			t.Errorf("selfTarget(%q) = %v, want %v", tc.addr, got, tc.self)
 		}
 	}
 }

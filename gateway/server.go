@@ -68,6 +68,7 @@ type Server struct {
 	acceptErrAt   atomic.Int64 // UnixNano of the last "accept failed" line
 	acceptErrs    atomic.Int64 // failed accepts not logged since
 	overloadAt    atomic.Int64 // UnixNano of the last "out of a local resource" line
+	localNames    localNames   // this machine's names, for selfTarget
 	overloads     atomic.Int64 // such failures not logged since
 	metrics       *metrics
 	limits        *connLimits
