@@ -53,10 +53,11 @@ import (
 //	anything else                                   upstream_error      http_status
 //
 // (1) A policy refusal of one destination (stock squid and tinyproxy refuse
-// CONNECT to ports other than 443): Failure.Scope is health.ScopeTarget,
-// so the upstream cools for that host only and the attempt loop tries
-// another upstream; refusing several hosts that other upstreams reach cools
-// it entirely (health's target-failure rule).
+// CONNECT to ports other than 443): Failure.Scope is health.ScopePort,
+// so the upstream cools for that host:port only (the same host's allowed
+// ports stay usable) and the attempt loop tries another upstream; refusing
+// several hosts that other upstreams reach cools it entirely (health's
+// target-failure rule).
 //
 // (2) The wait for the proxy's answer to CONNECT is the time the proxy
 // takes to reach the target, and it gets its own budget (see
@@ -175,8 +176,10 @@ func Classify(err error, stage health.Stage) *health.Failure {
 	case errors.As(err, &re):
 		f := &health.Failure{Class: re.Class(), Stage: health.StageTargetConnect, Err: err}
 		switch re.Code {
-		case 1, 2: // general failure (see (5)), not allowed by ruleset (see (1)): this destination
+		case 1: // general failure (see (5)): this destination host
 			f.Scope = health.ScopeTarget
+		case 2: // not allowed by ruleset (see (1)): this host:port
+			f.Scope = health.ScopePort
 		case 8: // address type not supported: the client chose it
 			f.Scope, f.Err = health.ScopeTarget, fmt.Errorf("%w: %w", ErrAddrType, err)
 		}
@@ -189,7 +192,7 @@ func Classify(err error, stage health.Stage) *health.Failure {
 		c, s := ce.classify()
 		f := &health.Failure{Class: c, Stage: s, Err: err}
 		if ce.policyRefusal() {
-			f.Scope = health.ScopeTarget
+			f.Scope = health.ScopePort
 		}
 		return f
 	case errors.As(err, &ae), errors.Is(err, ErrNoAcceptableMethod):
@@ -222,7 +225,7 @@ func PlainAnswer(ce *ConnectStatusError) *health.Failure {
 		return &health.Failure{Class: health.ClassNone, Stage: health.StageHTTPStatus,
 			Err: fmt.Errorf("%w: %w", ErrRequestRejected, &pc)}
 	case pc.policyRefusal():
-		return &health.Failure{Class: health.UpstreamError, Stage: health.StageHTTPStatus, Scope: health.ScopeTarget, Err: &pc}
+		return &health.Failure{Class: health.UpstreamError, Stage: health.StageHTTPStatus, Scope: health.ScopePort, Err: &pc}
 	case name == "ERR_READ_TIMEOUT":
 		return &health.Failure{Class: health.TargetTimeout, Stage: health.StageTargetConnect, Err: &pc}
 	case name == "ERR_ZERO_SIZE_OBJECT", name == "ERR_READ_ERROR": // the target closed, or reset, without a whole answer
@@ -467,7 +470,7 @@ func TargetReplyCode(err error) (code byte, ok bool) {
 // target (a slow body on direct).
 func RefusalReplyCode(err error) (code byte, ok bool) {
 	var f *health.Failure
-	if !errors.As(err, &f) || f.Scope != health.ScopeTarget || f.Class != health.UpstreamError {
+	if !errors.As(err, &f) || f.Scope != health.ScopeTarget && f.Scope != health.ScopePort || f.Class != health.UpstreamError {
 		return 0, false
 	}
 	if errors.Is(err, ErrAddrType) {
