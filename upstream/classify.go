@@ -425,7 +425,6 @@ func reasonPhrase(status string) string {
 // the SOCKS front then answers from the failure class instead. A SOCKS5
 // upstream's own code is relayed as is; the other signals are translated:
 //
-//	destination forbidden by policy                      2 not allowed by ruleset
 //	ECONNREFUSED (direct), squid ERR_CONNECT_FAIL 111,
 //	tinyproxy 500 Unable to connect                      5 connection refused
 //	ENETUNREACH (direct), squid ERR_CONNECT_FAIL 101     3 network unreachable
@@ -445,8 +444,6 @@ func TargetReplyCode(err error) (code byte, ok bool) {
 		return re.Code, true
 	case f.Class == health.TargetTimeout:
 		return 6, true
-	case errors.Is(err, ErrDestinationForbidden):
-		return 2, true
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return 5, true
 	case errors.Is(err, syscall.ENETUNREACH):
@@ -484,11 +481,13 @@ func RefusalReplyCode(err error) (code byte, ok bool) {
 }
 
 // ClientFault reports an error the client's request caused, not the
-// upstream nor the target: an invalid target (ErrInvalidTarget) or a
-// request the proxy rejected (ErrRequestRejected). It is never reported to
-// health, and no other upstream is tried.
+// upstream nor the target: an invalid target (ErrInvalidTarget), a
+// request the proxy rejected (ErrRequestRejected), or a destination the
+// direct upstream refuses by rotor's policy (ErrDestinationForbidden:
+// allow_private_destinations off). It is never reported to health, and no
+// other upstream is tried.
 func ClientFault(err error) bool {
-	return errors.Is(err, ErrInvalidTarget) || errors.Is(err, ErrRequestRejected)
+	return errors.Is(err, ErrInvalidTarget) || errors.Is(err, ErrRequestRejected) || errors.Is(err, ErrDestinationForbidden)
 }
 
 // noOnesFault reports a failure that is neither the upstream's nor the

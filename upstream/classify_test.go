@@ -159,7 +159,6 @@ func TestTargetReplyCode(t *testing.T) {
 		{"direct refused", fail(health.TargetUnreachable, sysErr(syscall.ECONNREFUSED)), 5, true},
 		{"direct net unreachable", fail(health.TargetUnreachable, sysErr(syscall.ENETUNREACH)), 3, true},
 		{"direct timeout", fail(health.TargetTimeout, context.DeadlineExceeded), 6, true},
-		{"direct forbidden", fail(health.TargetUnreachable, fmt.Errorf("%w: x", ErrDestinationForbidden)), 2, true},
 		{"direct dns", fail(health.TargetUnreachable, &net.DNSError{IsNotFound: true}), 4, true},
 		{"proxy refused", fail(health.Refused, sysErr(syscall.ECONNREFUSED)), 0, false},
 		{"nil", nil, 0, false},
