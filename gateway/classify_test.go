@@ -231,9 +231,9 @@ func TestPolicyRefusalTriesAnotherUpstream(t *testing.T) {
 	if snap.State != health.Eligible {
 		t.Fatalf("the refusing upstream is %v, want eligible (it refused one host)", snap.State)
 	}
-	host, _, _ := strings.Cut(target.Addr(), ":")
-	if len(snap.Targets) != 1 || snap.Targets[0].Host != host || snap.Targets[0].Reason != health.UpstreamError {
-		t.Errorf("per-target cooldowns = %+v, want one for %s", snap.Targets, host)
+	// For that host:port only: proxies refuse by port (squid's SSL_ports).
+	if len(snap.Targets) != 1 || snap.Targets[0].Host != target.Addr() || snap.Targets[0].Reason != health.UpstreamError {
+		t.Errorf("per-target cooldowns = %+v, want one for %s", snap.Targets, target.Addr())
 	}
 }
 
@@ -244,7 +244,6 @@ func TestPolicyRefusalTriesAnotherUpstream(t *testing.T) {
 // a detail naming CONNECT for a GET.
 func TestPlainHTTPProxyAnswers(t *testing.T) {
 	target := upstreamtest.NewTarget(t)
-	host, _, _ := strings.Cut(target.Addr(), ":")
 	squid := func(code int, tag string) upstreamtest.Mode {
 		return upstreamtest.Mode{Fault: upstreamtest.Reply, Code: code, Header: http.Header{"X-Squid-Error": {tag}}}
 	}
@@ -268,7 +267,7 @@ func TestPlainHTTPProxyAnswers(t *testing.T) {
 			t.Errorf("the request went on to another upstream")
 		}
 	})
-	t.Run("403 ERR_ACCESS_DENIED cools for the host only", func(t *testing.T) {
+	t.Run("403 ERR_ACCESS_DENIED cools for the host:port only", func(t *testing.T) {
 		up := upstreamtest.NewHTTPProxy(t, upstreamtest.Options{Mode: squid(403, "ERR_ACCESS_DENIED 0")})
 		srv, _ := startGateway(t, fmt.Sprintf("%s\n[pool]\nstart_eligible = true\nmax_attempts = 1\nwait_for_upstream = \"100ms\"\n[[upstream]]\nurl = %q\nname = \"up\"\n",
 			probeConf(target), up.URL().String()))
@@ -280,8 +279,8 @@ func TestPlainHTTPProxyAnswers(t *testing.T) {
 			t.Errorf("client got %d, want 403", resp.StatusCode)
 		}
 		snap := srv.Tracker().Snapshot(srv.Pool().Lookup("up").Record())
-		if snap.State != health.Eligible || len(snap.Targets) != 1 || snap.Targets[0].Host != host {
-			t.Fatalf("up: %v targets %+v, want eligible and cooling for %s only", snap.State, snap.Targets, host)
+		if snap.State != health.Eligible || len(snap.Targets) != 1 || snap.Targets[0].Host != target.Addr() {
+			t.Fatalf("up: %v targets %+v, want eligible and cooling for %s only", snap.State, snap.Targets, target.Addr())
 		}
 		h := snap.History[len(snap.History)-1]
 		if strings.Contains(h.Detail, "CONNECT") || !strings.Contains(h.Detail, "forwarded request") {

@@ -144,11 +144,13 @@ var errSelfTarget = errors.New("rotor does not proxy to its own listeners")
 
 // clientRefusal reports whether err refused a client's target before any
 // upstream was picked: rotor itself, or no host or port an upstream can
-// be asked for. Such a line is logged at info, not warn: it is the
+// be asked for, or a destination the direct upstream refuses by policy.
+// Such a line is logged at info, not warn: it is the
 // client's doing (a hostile client can send any number of them), and
 // warnings are written at once, one write each.
 func clientRefusal(err error) bool {
-	return errors.Is(err, errSelfTarget) || errors.Is(err, errBadTarget) || errors.Is(err, upstream.ErrInvalidTarget)
+	return errors.Is(err, errSelfTarget) || errors.Is(err, errBadTarget) || errors.Is(err, upstream.ErrInvalidTarget) ||
+		errors.Is(err, upstream.ErrDestinationForbidden)
 }
 
 // parseIPv4Shorthand parses host the way inet_aton(3) does (and with it

@@ -22,6 +22,8 @@ type clientFailure struct {
 // here, in one place, for both fronts:
 //   - nothing eligible within wait_for_upstream: SOCKS 0x01, HTTP 503,
 //     X-Rotor-Error: unavailable;
+//   - a destination the direct upstream refuses by policy
+//     (upstream.ErrDestinationForbidden): SOCKS 0x02, HTTP 403, forbidden;
 //   - the client's own fault: a target no upstream can be asked for
 //     (upstream.ErrInvalidTarget): SOCKS 0x04, HTTP 400, bad_request; a
 //     request an upstream proxy rejected (upstream.ErrRequestRejected,
@@ -70,6 +72,13 @@ func explain(err error) clientFailure {
 		}
 		return clientFailure{SOCKS: repGeneralFailure, Status: http.StatusServiceUnavailable, Header: "overloaded",
 			Reason: "rotor is out of a local resource (" + why + "); no upstream is blamed"}
+	}
+	if errors.Is(err, upstream.ErrDestinationForbidden) {
+		// The direct upstream refuses a private or loopback destination
+		// (allow_private_destinations off): the client asked for it, as
+		// for rotor's own listeners.
+		return clientFailure{SOCKS: repNotAllowed, Status: http.StatusForbidden, Header: "forbidden",
+			Reason: "rotor: the destination is not allowed (allow_private_destinations is off): " + err.Error()}
 	}
 	if errors.Is(err, upstream.ErrInvalidTarget) {
 		return clientFailure{SOCKS: repHostUnreachable, Status: http.StatusBadRequest, Header: "bad_request",

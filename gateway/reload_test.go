@@ -181,7 +181,7 @@ func TestReloadAllowPrivateDestinations(t *testing.T) {
 				}
 				want := byte(repSuccess)
 				if !allow {
-					want = repHostUnreachable // the direct upstream refuses 127.0.0.1
+					want = repNotAllowed // the direct upstream refuses 127.0.0.1
 				}
 				if got := socksConnect(t, srv.Addr("socks5"), target.Addr()); got != want {
 					t.Errorf("allow_private_destinations = %t after a reload: SOCKS5 reply %#x to %s, want %#x", allow, got, target.Addr(), want)

@@ -64,13 +64,16 @@ type Config struct {
 type Scope uint8
 
 // Scopes. ScopeDefault (the zero value) takes the class's default.
+// ScopePort is never configured (UnmarshalText refuses it): it marks a
+// Failure that refuses one host:port (see Failure.Scope).
 const (
 	ScopeDefault Scope = iota
 	ScopeUpstream
 	ScopeTarget
+	ScopePort
 )
 
-var scopeNames = [...]string{ScopeDefault: "", ScopeUpstream: "upstream", ScopeTarget: "target"}
+var scopeNames = [...]string{ScopeDefault: "", ScopeUpstream: "upstream", ScopeTarget: "target", ScopePort: "port"}
 
 // String returns the config string ("upstream", "target"; "" for the default).
 func (s Scope) String() string {

@@ -59,15 +59,16 @@ func (t *Tracker) Admit(r *Record) bool {
 	return t.admitRamp(r)
 }
 
-// AdmitTarget is Admit for a tunnel to target host (without port): it also
-// refuses while r has a per-target cooldown for host. The ramp slot is
+// AdmitTarget is Admit for a tunnel to target (host:port, or a host): it
+// also refuses while r has a per-target cooldown for its host, or for
+// that host:port (see cooldownKey). The ramp slot is
 // consumed only when the answer is true. With no per-target cooldowns on r
 // it costs one more atomic load than Admit.
-func (t *Tracker) AdmitTarget(r *Record, host string) bool {
+func (t *Tracker) AdmitTarget(r *Record, target string) bool {
 	if State(r.state.Load()) != Eligible {
 		return false
 	}
-	if host != "" && r.ntargets.Load() > 0 && t.targetCooling(r, host) {
+	if target != "" && r.ntargets.Load() > 0 && t.targetCooling(r, target) {
 		return false
 	}
 	if !r.ramping.Load() {

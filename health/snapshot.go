@@ -53,7 +53,8 @@ type Transition struct {
 	Stage  Stage
 	Detail string
 	// Target is set on a per-target cooldown entry (From == To): the
-	// record cooled for that host only.
+	// record cooled for that host (or host:port, a policy refusal of one
+	// port) only.
 	Target string
 	// Instance names the fleet instance that made the transition on an
 	// entry of the fleet's shared history (Detail then already ends with
@@ -62,9 +63,10 @@ type Transition struct {
 	Instance string
 }
 
-// TargetCooldown is a cooldown scoped to one target host.
+// TargetCooldown is a cooldown scoped to one target host, or to one
+// host:port for a policy refusal of that port (Failure.Scope ScopePort).
 type TargetCooldown struct {
-	Host   string
+	Host   string // "host", or "host:port"
 	Reason Class
 	Stage  Stage
 	Until  time.Time // wall clock

@@ -286,7 +286,7 @@ func (t *Tracker) success(r *Record, now time.Time) {
 // a bare host counts for no port). Besides counting, it lets the
 // target-failure rule know that r reaches that host:port (see Fail), and
 // it restarts the cooldown streak of an expired per-target cooldown for
-// its host.
+// its host or its host:port.
 func (t *Tracker) SuccessTarget(r *Record, host string) {
 	now := t.clock.Now()
 	t.success(r, now)
@@ -320,9 +320,10 @@ func (t *Tracker) Neutral(r *Record) {}
 //   - A failure with Target set whose class has scope "target"
 //     (Config.ScopeTargetHTTPError, Config.ScopeSlowBody) cools r for that
 //     host only; see AdmitTarget.
-//   - A policy refusal (Failure.Scope ScopeTarget: CONNECT 403, SOCKS5
-//     reply 2) cools r for that host only and counts towards the
-//     target-failure rule above.
+//   - A refusal of one destination (Failure.Scope ScopeTarget: SOCKS5
+//     reply 1 or 8) cools r for that host only, a policy refusal
+//     (ScopePort: CONNECT 403, SOCKS5 reply 2) for that host:port only;
+//     both count towards the target-failure rule above.
 //   - Otherwise, the after-th consecutive failure of a class cools r for
 //     Policy.Cooldown(class, streak); the permanent_after-th disables it.
 func (t *Tracker) Fail(r *Record, f *Failure) { t.fail(r, f, 0, failLive) }
@@ -367,13 +368,14 @@ func (t *Tracker) fail(r *Record, f *Failure, epoch uint64, mode failMode) {
 	case !live || class == Operator:
 	case class.IsTargetFailure():
 		t.targetRule(s, r, now, f.Target, &e)
-	case f.Target != "" && f.Scope == ScopeTarget:
-		// A policy refusal of one destination: that host only, unless the
-		// upstream refuses hosts that others reach (the target rule).
-		t.coolTarget(s, r, now, class, stage, f.Target, detailOf(f.Err), f.Err, &e)
+	case f.Target != "" && scopedToTarget(f):
+		// A refusal of one destination: that host (or host:port) only,
+		// unless the upstream refuses hosts that others reach (the
+		// target rule).
+		t.coolTarget(s, r, now, class, stage, cooldownKey(f), detailOf(f.Err), f.Err, &e)
 		t.targetRule(s, r, now, f.Target, &e)
 	case f.Target != "" && s.scope(class) == ScopeTarget:
-		t.coolTarget(s, r, now, class, stage, f.Target, detailOf(f.Err), f.Err, &e)
+		t.coolTarget(s, r, now, class, stage, targetHost(f.Target), detailOf(f.Err), f.Err, &e)
 	default:
 		pol := s.policy.For(class)
 		r.after[class]++

@@ -19,10 +19,29 @@ import (
 // are listed in Snapshot.Targets while active.
 //
 // A target is named "host" or "host:port" (Failure.Target, SuccessTarget,
-// AdmitTarget). Scoped cooldowns are per host: the port is dropped
-// (targetHost). The target-failure rule is per host:port: a failure counts
-// only when another record reached that exact host:port (see targetRule);
-// a target named without a port never counts towards it.
+// AdmitTarget). Scoped cooldowns are per host (the port is dropped,
+// targetHost), except a policy refusal of one port (Failure.Scope
+// ScopePort), which is per host:port: a proxy that refuses CONNECT to port
+// 80 by its ACL (stock squid's SSL_ports) still serves port 443 of that
+// host. A record's entries are keyed so ("example.com",
+// "example.com:80"), and a target is admitted only while neither its
+// host's entry nor its host:port's is cooling. The target-failure rule is
+// per host:port: a failure counts only when another record reached that
+// exact host:port (see targetRule); a target named without a port never
+// counts towards it.
+
+// cooldownKey returns the key of the scoped cooldown f starts: its
+// target's host:port for a refusal of that port (ScopePort), else its host.
+func cooldownKey(f *Failure) string {
+	if f.Scope == ScopePort {
+		return f.Target
+	}
+	return targetHost(f.Target)
+}
+
+// scopedToTarget reports a failure that cools its upstream for its target
+// only, whatever its class's configured scope (see Failure.Scope).
+func scopedToTarget(f *Failure) bool { return f.Scope == ScopeTarget || f.Scope == ScopePort }
 
 // targetHost returns the host of a target named "host:port" or
 // "[ipv6]:port", or target itself when it has no port ("example.com",
@@ -43,9 +62,10 @@ func targetHost(target string) string {
 	return target[:i]
 }
 
-// targetCooldown is one host's scoped cooldown on a record.
+// targetCooldown is one host's (or host:port's) scoped cooldown on a
+// record.
 type targetCooldown struct {
-	host     string
+	host     string // the key: "host", or "host:port" (see cooldownKey)
 	reason   Class
 	stage    Stage
 	deadline time.Time // tracker clock; compared only
@@ -55,10 +75,9 @@ type targetCooldown struct {
 	after    int       // failures since the last cooling, for ClassPolicy.After
 }
 
-// coolTarget applies a target-scoped failure under the policy of s.
-// Caller holds r.mu.
-func (t *Tracker) coolTarget(s *settings, r *Record, now time.Time, class Class, stage Stage, target, detail string, err error, e *effects) {
-	host := targetHost(target)
+// coolTarget applies a target-scoped failure under the policy of s, to
+// the entry of host (a key: see cooldownKey). Caller holds r.mu.
+func (t *Tracker) coolTarget(s *settings, r *Record, now time.Time, class Class, stage Stage, host, detail string, err error, e *effects) {
 	tc := r.targets[host]
 	if tc == nil {
 		if r.targets == nil {
@@ -121,31 +140,45 @@ func (t *Tracker) dropTargets(s *settings, r *Record, now time.Time) {
 	r.publish()
 }
 
-// targetCooling reports whether r is cooling for target's host now.
-// TargetCooling reports whether r is cooling for target's host only (a
-// per-target cooldown), whatever its own state. For explaining a refusal;
-// the pick path uses AdmitTarget.
+// TargetCooling reports whether r is cooling for target only (a
+// per-target cooldown of its host, or of its host:port when target has a
+// port), whatever its own state. For explaining a refusal; the pick path
+// uses AdmitTarget.
 func (t *Tracker) TargetCooling(r *Record, target string) bool {
 	return r.ntargets.Load() > 0 && t.targetCooling(r, target)
 }
 
+// targetCooling reports whether r is cooling for target's host, or for
+// target itself when it has a port, now.
 func (t *Tracker) targetCooling(r *Record, target string) bool {
 	now := t.clock.Now()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	tc := r.targets[targetHost(target)]
-	return tc != nil && now.Before(tc.deadline)
-}
-
-// forgetTarget drops the entry of target's host after a success for it
-// (its streak restarts). An entry still cooling is kept: the success came
-// from a tunnel opened before the ban.
-func (t *Tracker) forgetTarget(r *Record, target string, now time.Time) {
 	host := targetHost(target)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if tc := r.targets[host]; tc != nil && !now.Before(tc.deadline) {
-		delete(r.targets, host)
+	if tc := r.targets[host]; tc != nil && now.Before(tc.deadline) {
+		return true
+	}
+	if host == target {
+		return false
+	}
+	tc := r.targets[target]
+	return tc != nil && now.Before(tc.deadline)
+}
+
+// forgetTarget drops the entries of target's host and of target (a
+// host:port) after a success for it (their streaks restart). An entry
+// still cooling is kept: the success came from a tunnel opened before the
+// ban.
+func (t *Tracker) forgetTarget(r *Record, target string, now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := len(r.targets)
+	for _, k := range [2]string{targetHost(target), target} {
+		if tc := r.targets[k]; tc != nil && !now.Before(tc.deadline) {
+			delete(r.targets, k)
+		}
+	}
+	if len(r.targets) != n {
 		r.ntargets.Store(int32(len(r.targets)))
 		r.publish()
 	}

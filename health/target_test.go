@@ -2,6 +2,7 @@ package health
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 )
@@ -474,4 +475,79 @@ func TestTargetHost(t *testing.T) {
 	if n := testing.AllocsPerRun(100, func() { targetHost("example.com") }); n != 0 {
 		t.Errorf("targetHost allocates %v times", n)
 	}
+}
+
+// TestPolicyRefusalPerPort: a policy refusal of one port (ScopePort:
+// CONNECT 403, squid ERR_ACCESS_DENIED, SOCKS5 reply 2) cools the upstream
+// for that host:port only. Issue: stock squid (http_access deny CONNECT
+// !SSL_ports) refused CONNECT to :46101, and :46103 of the same host,
+// which it allows, then got 503 unavailable for up to 10 minutes. A ban
+// (target_http_error) and a refusal of the host (ScopeTarget) stay per
+// host.
+func TestPolicyRefusalPerPort(t *testing.T) {
+	refuse := func(target string) *Failure {
+		return &Failure{Class: UpstreamError, Stage: StageProxyHandshake, Target: target, Scope: ScopePort}
+	}
+	t.Run("other ports of the host", func(t *testing.T) {
+		tr, clk := newFakeTracker(t, Config{StartEligible: true})
+		r := tr.Add("k", "up", nil, false)
+		tr.Fail(r, refuse("127.0.0.1:46101"))
+		tr.Fail(r, refuse("[2001:db8::1]:80"))
+		for _, target := range []string{"127.0.0.1:46103", "127.0.0.1:443", "[2001:db8::1]:443", "other.example:46101"} {
+			if !tr.AdmitTarget(r, target) || tr.TargetCooling(r, target) {
+				t.Errorf("%s refused: a refusal of another port of the host cooled it", target)
+			}
+		}
+		for _, target := range []string{"127.0.0.1:46101", "[2001:db8::1]:80"} {
+			if tr.AdmitTarget(r, target) || !tr.TargetCooling(r, target) {
+				t.Errorf("%s admitted while its refusal cools", target)
+			}
+		}
+		s := tr.Snapshot(r)
+		if s.State != Eligible {
+			t.Fatalf("state %v, want eligible", s.State)
+		}
+		var hosts []string
+		for _, tc := range s.Targets {
+			hosts = append(hosts, tc.Host)
+		}
+		if len(hosts) != 2 || !slices.Contains(hosts, "127.0.0.1:46101") || !slices.Contains(hosts, "[2001:db8::1]:80") {
+			t.Errorf("Targets %q, want 127.0.0.1:46101 and [2001:db8::1]:80", hosts)
+		}
+		if h := s.History[0].Target; h != "127.0.0.1:46101" {
+			t.Errorf("history target %q, want 127.0.0.1:46101", h)
+		}
+		clk.Advance(time.Hour)
+		tr.SuccessTarget(r, "127.0.0.1:46101")
+		r.mu.Lock()
+		_, kept := r.targets["127.0.0.1:46101"]
+		n := len(r.targets)
+		r.mu.Unlock()
+		if kept || n != 1 {
+			t.Errorf("after expiry and a success for 127.0.0.1:46101: %d entries (its own kept: %v), want only [2001:db8::1]:80's", n, kept)
+		}
+	})
+	t.Run("a ban stays per host", func(t *testing.T) {
+		tr, _ := newFakeTracker(t, Config{StartEligible: true})
+		r := tr.Add("k", "up", nil, false)
+		tr.Fail(r, &Failure{Class: TargetHTTPError, Stage: StageHTTPStatus, Target: "shop.example:80"})
+		tr.Fail(r, &Failure{Class: UpstreamError, Stage: StageTargetConnect, Target: "gone.example:80", Scope: ScopeTarget})
+		for _, target := range []string{"shop.example:443", "gone.example:443"} {
+			if tr.AdmitTarget(r, target) {
+				t.Errorf("%s admitted: a ban or refusal of the host is per host", target)
+			}
+		}
+	})
+	t.Run("ports of hosts others reach", func(t *testing.T) {
+		tr, _ := newFakeTracker(t, Config{StartEligible: true})
+		bad := tr.Add("bad", "bad", nil, false)
+		good := tr.Add("good", "good", nil, false)
+		for _, h := range []string{"a.example:80", "b.example:80"} {
+			tr.SuccessTarget(good, h)
+			tr.Fail(bad, refuse(h))
+		}
+		if s := tr.Snapshot(bad); s.State != Cooling || s.Reason != UpstreamError || s.Stage != StageTargetConnect {
+			t.Fatalf("an upstream refusing ports others reach: %v %v/%v, want cooling upstream_error/target_connect", s.State, s.Reason, s.Stage)
+		}
+	})
 }

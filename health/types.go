@@ -198,15 +198,20 @@ type Failure struct {
 	Class Class
 	Stage Stage
 	// Target is the host:port (or host) the attempt was for, when known.
-	// Per-target scoped cooldowns key on its host; the target-failure
-	// rule counts only host:port targets another upstream reached.
+	// Per-target scoped cooldowns key on its host (its host:port for
+	// ScopePort); the target-failure rule counts only host:port targets
+	// another upstream reached.
 	Target string
-	// Scope ScopeTarget marks a refusal of this one destination by the
-	// upstream's own policy (CONNECT answered 403, SOCKS5 reply 2): the
-	// upstream works, it will not go there. It cools the upstream for
-	// Target only, whatever the class's configured scope, and counts
-	// towards the target-failure rule (refusing many hosts that others
-	// reach cools it entirely).
+	// Scope ScopeTarget marks a refusal of this one destination host by
+	// the upstream (SOCKS5 reply 1 or 8, an answer the proxy may not have
+	// written itself): the upstream works, it will not go there. It cools
+	// the upstream for Target's host only, whatever the class's
+	// configured scope, and counts towards the target-failure rule
+	// (refusing many hosts that others reach cools it entirely).
+	// ScopePort is the same for a policy refusal of Target's port (CONNECT
+	// answered 403, squid ERR_ACCESS_DENIED, SOCKS5 reply 2): proxies
+	// refuse by port (squid's SSL_ports, tinyproxy's ConnectPort), so it
+	// cools the upstream for that host:port only.
 	Scope Scope
 	Err   error // the cause; feeds the history "detail"
 }

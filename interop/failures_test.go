@@ -436,9 +436,9 @@ func TestTargetFailureScope(t *testing.T) {
 				if res.Resp.StatusCode != 403 {
 					t.Errorf("client got %s, want 403", res.Resp.Status)
 				}
-				rec := r.waitRecord(t, "squid", 5*time.Second, "a cooldown for 127.0.0.1", func(rec record) bool { return len(rec.Targets) > 0 })
-				if rec.State != "eligible" || rec.Targets[0].Host != "127.0.0.1" || rec.Targets[0].Stage != "http_status" {
-					t.Errorf("want eligible, cooling for 127.0.0.1 at http_status only: %s", rec)
+				rec := r.waitRecord(t, "squid", 5*time.Second, "a cooldown for "+tg.Addr, func(rec record) bool { return len(rec.Targets) > 0 })
+				if rec.State != "eligible" || rec.Targets[0].Host != tg.Addr || rec.Targets[0].Stage != "http_status" {
+					t.Errorf("want eligible, cooling for %s (that port only) at http_status: %s", tg.Addr, rec)
 				}
 				for _, h := range rec.History {
 					if strings.Contains(h.Detail, "answered CONNECT") {

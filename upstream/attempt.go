@@ -427,7 +427,7 @@ func (a *Attempts) noEligible(err error) error {
 			return
 		}
 		switch {
-		case host != "" && p.tr.TargetCooling(e.rec, host):
+		case host != "" && p.tr.TargetCooling(e.rec, a.key):
 			ne.HostCooling++
 		case e.MaxConns > 0 && e.ld.active.Load() >= connShare(int64(e.MaxConns), share):
 			ne.AtMaxConns++
@@ -500,7 +500,7 @@ func (a *Attempts) admit(s *set, i int) bool {
 			return false
 		}
 	}
-	if open, known = h.gate.Known(); known && !open || !known && !p.tr.AdmitTarget(e.rec, a.host) {
+	if open, known = h.gate.Known(); known && !open || !known && !p.tr.AdmitTarget(e.rec, a.key) {
 		if limit != nil {
 			limit.refund(share)
 		}
@@ -524,7 +524,7 @@ func (a *Attempts) awaitable() bool {
 			}
 		}
 		st, _ := p.tr.Status(e.rec)
-		return st != health.Disabled && !p.tr.TargetCooling(e.rec, a.host)
+		return st != health.Disabled && !p.tr.TargetCooling(e.rec, a.key)
 	}
 	if v := s.viewOf(a); v != nil {
 		for _, i := range v.idx {
@@ -565,7 +565,7 @@ func (a *Attempts) viable(s *set, i int) bool {
 	if m := connShare(int64(h.maxConns), p.share.Load()); m > 0 && ld.active.Load() >= m {
 		return false
 	}
-	return known || p.tr.Eligible(e.rec) && !p.tr.TargetCooling(e.rec, a.host)
+	return known || p.tr.Eligible(e.rec) && !p.tr.TargetCooling(e.rec, a.key)
 }
 
 // Succeeded reports a successful attempt on e (which stays active). With a

@@ -265,8 +265,8 @@ func TestFailedPlainAnswer(t *testing.T) {
 		t.Fatalf("403 ERR_ACCESS_DENIED stopped the loop: %v", stop)
 	}
 	s := snapshot(t, p, tr, "squid")
-	if s.State != health.Eligible || len(s.Targets) != 1 || s.Targets[0].Host != "127.0.0.1" {
-		t.Fatalf("403 to a GET: %v targets %+v, want eligible and cooling for 127.0.0.1 only", s.State, s.Targets)
+	if s.State != health.Eligible || len(s.Targets) != 1 || s.Targets[0].Host != "127.0.0.1:8080" {
+		t.Fatalf("403 to a GET: %v targets %+v, want eligible and cooling for 127.0.0.1:8080 only", s.State, s.Targets)
 	}
 	if d := s.History[len(s.History)-1].Detail; d != `proxy answered the forwarded request with "403 Forbidden" (ERR_ACCESS_DENIED 0)` {
 		t.Errorf("detail %q", d)

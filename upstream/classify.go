@@ -53,10 +53,11 @@ import (
 //	anything else                                   upstream_error      http_status
 //
 // (1) A policy refusal of one destination (stock squid and tinyproxy refuse
-// CONNECT to ports other than 443): Failure.Scope is health.ScopeTarget,
-// so the upstream cools for that host only and the attempt loop tries
-// another upstream; refusing several hosts that other upstreams reach cools
-// it entirely (health's target-failure rule).
+// CONNECT to ports other than 443): Failure.Scope is health.ScopePort,
+// so the upstream cools for that host:port only (the same host's allowed
+// ports stay usable) and the attempt loop tries another upstream; refusing
+// several hosts that other upstreams reach cools it entirely (health's
+// target-failure rule).
 //
 // (2) The wait for the proxy's answer to CONNECT is the time the proxy
 // takes to reach the target, and it gets its own budget (see
@@ -175,8 +176,10 @@ func Classify(err error, stage health.Stage) *health.Failure {
 	case errors.As(err, &re):
 		f := &health.Failure{Class: re.Class(), Stage: health.StageTargetConnect, Err: err}
 		switch re.Code {
-		case 1, 2: // general failure (see (5)), not allowed by ruleset (see (1)): this destination
+		case 1: // general failure (see (5)): this destination host
 			f.Scope = health.ScopeTarget
+		case 2: // not allowed by ruleset (see (1)): this host:port
+			f.Scope = health.ScopePort
 		case 8: // address type not supported: the client chose it
 			f.Scope, f.Err = health.ScopeTarget, fmt.Errorf("%w: %w", ErrAddrType, err)
 		}
@@ -189,7 +192,7 @@ func Classify(err error, stage health.Stage) *health.Failure {
 		c, s := ce.classify()
 		f := &health.Failure{Class: c, Stage: s, Err: err}
 		if ce.policyRefusal() {
-			f.Scope = health.ScopeTarget
+			f.Scope = health.ScopePort
 		}
 		return f
 	case errors.As(err, &ae), errors.Is(err, ErrNoAcceptableMethod):
@@ -222,7 +225,7 @@ func PlainAnswer(ce *ConnectStatusError) *health.Failure {
 		return &health.Failure{Class: health.ClassNone, Stage: health.StageHTTPStatus,
 			Err: fmt.Errorf("%w: %w", ErrRequestRejected, &pc)}
 	case pc.policyRefusal():
-		return &health.Failure{Class: health.UpstreamError, Stage: health.StageHTTPStatus, Scope: health.ScopeTarget, Err: &pc}
+		return &health.Failure{Class: health.UpstreamError, Stage: health.StageHTTPStatus, Scope: health.ScopePort, Err: &pc}
 	case name == "ERR_READ_TIMEOUT":
 		return &health.Failure{Class: health.TargetTimeout, Stage: health.StageTargetConnect, Err: &pc}
 	case name == "ERR_ZERO_SIZE_OBJECT", name == "ERR_READ_ERROR": // the target closed, or reset, without a whole answer
@@ -422,7 +425,6 @@ func reasonPhrase(status string) string {
 // the SOCKS front then answers from the failure class instead. A SOCKS5
 // upstream's own code is relayed as is; the other signals are translated:
 //
-//	destination forbidden by policy                      2 not allowed by ruleset
 //	ECONNREFUSED (direct), squid ERR_CONNECT_FAIL 111,
 //	tinyproxy 500 Unable to connect                      5 connection refused
 //	ENETUNREACH (direct), squid ERR_CONNECT_FAIL 101     3 network unreachable
@@ -442,8 +444,6 @@ func TargetReplyCode(err error) (code byte, ok bool) {
 		return re.Code, true
 	case f.Class == health.TargetTimeout:
 		return 6, true
-	case errors.Is(err, ErrDestinationForbidden):
-		return 2, true
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return 5, true
 	case errors.Is(err, syscall.ENETUNREACH):
@@ -467,7 +467,7 @@ func TargetReplyCode(err error) (code byte, ok bool) {
 // target (a slow body on direct).
 func RefusalReplyCode(err error) (code byte, ok bool) {
 	var f *health.Failure
-	if !errors.As(err, &f) || f.Scope != health.ScopeTarget || f.Class != health.UpstreamError {
+	if !errors.As(err, &f) || f.Scope != health.ScopeTarget && f.Scope != health.ScopePort || f.Class != health.UpstreamError {
 		return 0, false
 	}
 	if errors.Is(err, ErrAddrType) {
@@ -481,11 +481,13 @@ func RefusalReplyCode(err error) (code byte, ok bool) {
 }
 
 // ClientFault reports an error the client's request caused, not the
-// upstream nor the target: an invalid target (ErrInvalidTarget) or a
-// request the proxy rejected (ErrRequestRejected). It is never reported to
-// health, and no other upstream is tried.
+// upstream nor the target: an invalid target (ErrInvalidTarget), a
+// request the proxy rejected (ErrRequestRejected), or a destination the
+// direct upstream refuses by rotor's policy (ErrDestinationForbidden:
+// allow_private_destinations off). It is never reported to health, and no
+// other upstream is tried.
 func ClientFault(err error) bool {
-	return errors.Is(err, ErrInvalidTarget) || errors.Is(err, ErrRequestRejected)
+	return errors.Is(err, ErrInvalidTarget) || errors.Is(err, ErrRequestRejected) || errors.Is(err, ErrDestinationForbidden)
 }
 
 // noOnesFault reports a failure that is neither the upstream's nor the

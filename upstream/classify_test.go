@@ -84,8 +84,11 @@ func TestClassify(t *testing.T) {
 		{"existing failure", fmt.Errorf("wrapped: %w", existing), health.StageDial, health.SlowBody, health.StageBody},
 	}
 	// Policy refusals of one destination, and a live SOCKS5 proxy's
-	// general failure for one request, are scoped to it.
-	policy := map[string]bool{"rep 1": true, "rep 2": true, "rep 8": true, "403": true, "squid access denied": true}
+	// general failure for one request, are scoped to it: the policy
+	// refusals (proxies refuse by port) to its host:port, the others to
+	// its host.
+	policy := map[string]health.Scope{"rep 1": health.ScopeTarget, "rep 2": health.ScopePort, "rep 8": health.ScopeTarget,
+		"403": health.ScopePort, "squid access denied": health.ScopePort}
 	// Answers that blame the client's request are reported to no record.
 	rejected := map[string]bool{"squid invalid url": true, "squid unsupported request": true}
 	for _, tt := range tests {
@@ -94,8 +97,8 @@ func TestClassify(t *testing.T) {
 			if f == nil || f.Class != tt.class || f.Stage != tt.want {
 				t.Fatalf("Classify = %+v, want %s/%s", f, tt.class, tt.want)
 			}
-			if got := f.Scope == health.ScopeTarget; got != policy[tt.name] {
-				t.Fatalf("Classify scope = %v, want target scope %v", f.Scope, policy[tt.name])
+			if want := policy[tt.name]; f.Scope != want {
+				t.Fatalf("Classify scope = %q, want %q", f.Scope, want)
 			}
 			if got := ClientFault(f); got != rejected[tt.name] {
 				t.Fatalf("ClientFault = %v, want %v", got, rejected[tt.name])
@@ -156,7 +159,6 @@ func TestTargetReplyCode(t *testing.T) {
 		{"direct refused", fail(health.TargetUnreachable, sysErr(syscall.ECONNREFUSED)), 5, true},
 		{"direct net unreachable", fail(health.TargetUnreachable, sysErr(syscall.ENETUNREACH)), 3, true},
 		{"direct timeout", fail(health.TargetTimeout, context.DeadlineExceeded), 6, true},
-		{"direct forbidden", fail(health.TargetUnreachable, fmt.Errorf("%w: x", ErrDestinationForbidden)), 2, true},
 		{"direct dns", fail(health.TargetUnreachable, &net.DNSError{IsNotFound: true}), 4, true},
 		{"proxy refused", fail(health.Refused, sysErr(syscall.ECONNREFUSED)), 0, false},
 		{"nil", nil, 0, false},
@@ -207,8 +209,11 @@ func TestPlainAnswer(t *testing.T) {
 			if f.Class != tt.class || f.Stage != tt.stage {
 				t.Fatalf("PlainAnswer = %s/%s, want %s/%s", f.Class, f.Stage, tt.class, tt.stage)
 			}
-			if got := f.Scope == health.ScopeTarget; got != tt.scoped {
+			if got := f.Scope == health.ScopeTarget || f.Scope == health.ScopePort; got != tt.scoped {
 				t.Errorf("scoped = %v, want %v", got, tt.scoped)
+			}
+			if got, want := f.Scope == health.ScopePort, tt.name == "squid access denied"; got != want {
+				t.Errorf("scope %q: per host:port %v, want %v (a policy refusal only)", f.Scope, got, want)
 			}
 			if got := ClientFault(f); got != tt.rejected {
 				t.Errorf("ClientFault = %v, want %v", got, tt.rejected)

@@ -17,9 +17,10 @@ import (
 // destination by policy: after resolution the address is loopback, private
 // (RFC 1918, RFC 4193), link-local (incl. the 169.254.169.254 cloud metadata
 // service), CGNAT shared space, multicast or unspecified, and
-// DialConfig.AllowPrivate is off. It is a Failure of class
-// target_unreachable, stage target_connect: the target is the problem, and
-// the direct upstream must not cool for it.
+// DialConfig.AllowPrivate is off. It is a Failure of no class (ClassNone)
+// at stage target_connect, and the client's fault (ClientFault): the
+// client asked for a destination rotor refuses, so no upstream is blamed
+// or tried, and the client is told it is forbidden.
 var ErrDestinationForbidden = errors.New("destination forbidden by policy")
 
 // directDialer dials targets itself (direct:// upstream). It is the only
@@ -42,8 +43,9 @@ func (d *directDialer) Dial(network, addr string) (net.Conn, error) {
 // Classification (there is no proxy: the target is always the one to blame,
 // except for local resource errors):
 //
-//	forbidden destination, ECONNREFUSED, EHOSTUNREACH,
-//	ENETUNREACH, DNS failure                       target_unreachable/target_connect
+//	forbidden destination (ErrDestinationForbidden) none/target_connect: the client's
+//	ECONNREFUSED, EHOSTUNREACH, ENETUNREACH,
+//	DNS failure                                    target_unreachable/target_connect
 //	timeout                                        target_timeout/target_connect
 //	client cancellation                            none/target_connect
 //	EMFILE, ENFILE, EADDRNOTAVAIL, ENOBUFS, ENOMEM none (ErrLocalResource): rotor's own
@@ -72,9 +74,9 @@ func (d *directDialer) DialContext(ctx context.Context, network, addr string) (n
 func directClass(err error) health.Class {
 	var dnsErr *net.DNSError
 	switch {
-	case IsCanceled(err):
+	case IsCanceled(err), errors.Is(err, ErrDestinationForbidden):
 		return health.ClassNone
-	case errors.Is(err, ErrDestinationForbidden), errors.Is(err, syscall.ECONNREFUSED),
+	case errors.Is(err, syscall.ECONNREFUSED),
 		errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
 		return health.TargetUnreachable
 	case errors.As(err, &dnsErr) && !dnsErr.IsTimeout:

@@ -65,7 +65,7 @@ func TestDirectFailures(t *testing.T) {
 }
 
 // TestDirectPolicy: without AllowPrivate, loopback targets are refused by
-// policy after resolution, as a target failure.
+// policy after resolution, as the client's fault (no class, ClientFault).
 func TestDirectPolicy(t *testing.T) {
 	target := upstreamtest.NewTarget(t)
 	_, port, _ := net.SplitHostPort(target.Addr())
@@ -74,8 +74,8 @@ func TestDirectPolicy(t *testing.T) {
 	d := mustDialer(t, mustURL(t, "direct://"), cfg)
 	for _, addr := range []string{target.Addr(), "localhost:" + port, "[::1]:" + port} {
 		_, err := dial(t, d, addr)
-		wantFailure(t, err, health.TargetUnreachable, health.StageTargetConnect)
-		if !errors.Is(err, ErrDestinationForbidden) {
+		wantFailure(t, err, health.ClassNone, health.StageTargetConnect)
+		if !errors.Is(err, ErrDestinationForbidden) || !ClientFault(err) {
 			t.Fatalf("%s: err = %v, want ErrDestinationForbidden", addr, err)
 		}
 	}
@@ -105,8 +105,8 @@ func TestDirectForbidSeesResolvedAddress(t *testing.T) {
 	d := mustDialer(t, mustURL(t, "direct://"), cfg)
 	for _, addr := range []string{guarded.Addr(), "localhost:" + gport} {
 		_, err := dial(t, d, addr)
-		wantFailure(t, err, health.TargetUnreachable, health.StageTargetConnect)
-		if !errors.Is(err, ErrDestinationForbidden) {
+		wantFailure(t, err, health.ClassNone, health.StageTargetConnect)
+		if !errors.Is(err, ErrDestinationForbidden) || !ClientFault(err) {
 			t.Fatalf("%s: err = %v, want ErrDestinationForbidden", addr, err)
 		}
 	}
