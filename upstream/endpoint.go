@@ -270,7 +270,8 @@ func ValidateURL(u *url.URL) error {
 // CheckURL says what is wrong with an upstream URL, without showing it,
 // for callers that show the URL as the user wrote it. It wants a known
 // scheme; for proxies a host and a port in 1-65535 and nothing after
-// host:port but an optional "/"; for direct:// nothing at all.
+// host:port but an optional "/"; for direct:// nothing at all; for
+// socks5 a username and password RFC 1929 can carry.
 func CheckURL(u *url.URL) error {
 	scheme := strings.ToLower(u.Scheme)
 	switch scheme {
@@ -308,6 +309,19 @@ func CheckURL(u *url.URL) error {
 		// Not quoted: when net/url read a password as the port, the
 		// caller's redacted URL hides it, and so must this.
 		return errors.New("invalid port (want 1-65535)")
+	}
+	if (scheme == "socks5" || scheme == "socks5h") && u.User != nil {
+		// What NewDialer refuses, refused here too, so that -check and a
+		// list file's line report it instead of the pool refusing the
+		// whole config at start or reload. RFC 1929 §2: ULEN and PLEN are
+		// one byte each, and ULEN is at least 1.
+		pass, _ := u.User.Password()
+		switch {
+		case u.User.Username() == "":
+			return errors.New("socks5 username must not be empty (RFC 1929)")
+		case len(u.User.Username()) > 255 || len(pass) > 255:
+			return errors.New("socks5 username and password must be at most 255 bytes (RFC 1929)")
+		}
 	}
 	return nil
 }
