@@ -1,6 +1,7 @@
 package upstream
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -213,6 +214,39 @@ func (e *Endpoint) Scheme() string {
 		return "socks5"
 	}
 	return s
+}
+
+// AbsoluteForm reports whether plain-HTTP requests go to e in absolute
+// form (GET http://host/path) on a connection from DialForward: http://
+// and https:// proxies (stock squid and tinyproxy refuse CONNECT to port
+// 80). Others get them through a tunnel from DialContext.
+func (e *Endpoint) AbsoluteForm() bool {
+	_, ok := e.dialer.(forwardDialer)
+	return ok
+}
+
+// forwardDialer is the dialer of an http:// or https:// proxy.
+type forwardDialer interface {
+	DialForward(ctx context.Context) (c net.Conn, proxyAuth string, ok bool, err error)
+}
+
+// DialForward opens a connection to e's proxy for plain-HTTP requests in
+// absolute form (see AbsoluteForm; TLS to an https:// proxy), through the
+// proxy's name cache like every dial of e, and returns the
+// Proxy-Authorization value to send with them ("" without credentials).
+// ok is false when e takes no absolute form. ctx governs only the connect
+// and TLS; a success feeds e's smoothed latency as DialContext's does.
+func (e *Endpoint) DialForward(ctx context.Context) (c net.Conn, proxyAuth string, ok bool, err error) {
+	fd, isFwd := e.dialer.(forwardDialer)
+	if !isFwd {
+		return nil, "", false, nil
+	}
+	t0 := e.clock.Now()
+	c, proxyAuth, ok, err = fd.DialForward(ctx)
+	if err == nil && ok {
+		e.observeLatency(e.clock.Now().Sub(t0))
+	}
+	return c, proxyAuth, ok, err
 }
 
 // Redacted returns the endpoint URL with its password replaced.
