@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -68,5 +69,39 @@ func TestHTTPSUpstreamAbsoluteForm(t *testing.T) {
 	}
 	if s := snapOf(t, srv, "tls"); s.State != health.Eligible {
 		t.Errorf("a forwarded request's 407 cooled the https upstream whole: %v %v/%v", s.State, s.Reason, s.Stage)
+	}
+}
+
+// TestForwardDialsThroughEndpoint: plain-HTTP forwarding to an http://
+// upstream dialled e.URL.Host with a fresh net.Dialer, on the lean path
+// and the Transport's, bypassing the endpoint's dialer and so the
+// once-a-minute proxy name cache that tunnels and probes use (the cache
+// itself: upstream TestEndpointDialForwardUsesNameCache). Both now dial
+// through Endpoint.DialForward, seen here by the latency sample it takes.
+func TestForwardDialsThroughEndpoint(t *testing.T) {
+	target := upstreamtest.NewTarget(t)
+	for _, method := range []string{http.MethodGet, http.MethodPost} { // lean path, Transport
+		t.Run(method, func(t *testing.T) {
+			up := upstreamtest.NewHTTPProxy(t, upstreamtest.Options{})
+			srv, _ := startGateway(t, fmt.Sprintf("[[upstream]]\nurl = %q\nname = \"h\"\n", up.URL().String()))
+			front, _ := url.Parse("http://" + srv.Addr("http"))
+			c := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(front), DisableKeepAlives: true}}
+			t.Cleanup(c.CloseIdleConnections)
+			req, _ := http.NewRequest(method, target.URL("/ok"), nil)
+			if method == http.MethodPost {
+				req.Body = io.NopCloser(strings.NewReader("body"))
+				req.ContentLength = -1
+			}
+			resp, err := readAll(c.Do(req))
+			if err != nil || resp.StatusCode != http.StatusOK {
+				t.Fatalf("%s through the http upstream: %v %v", method, statusOf(resp), err)
+			}
+			if up.Forwards() != 1 || up.Tunnels() != 0 {
+				t.Errorf("%d forwards, %d tunnels; want 1, 0", up.Forwards(), up.Tunnels())
+			}
+			if srv.Pool().Lookup("h").Latency() == 0 {
+				t.Error("the forward connection was not dialled through the endpoint's dialer")
+			}
+		})
 	}
 }
