@@ -212,7 +212,7 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 	var out *http.Request
 	var target string // out's request target as the client sent it
 	if leanForwardable(r, big != nil) {
-		x = &fwdExchange{r: r, head: rawHead(w), addr: addr, body: buffered, firstByte: cfg.SlowBody.FirstByte, dialTO: pcfg.ConnectTimeout}
+		x = &fwdExchange{r: r, head: rawHead(w), addr: addr, body: buffered, firstByte: cfg.SlowBody.FirstByte}
 	} else {
 		out = r.Clone(ctx) // deep-copies the header too
 		out.RequestURI = ""
@@ -279,7 +279,7 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 			resp, err = s.fwdClient(e).roundTrip(ctx, x)
 		} else {
 			setBody()
-			setRawTarget(out, target, e.Scheme() == "http")
+			setRawTarget(out, target, e.AbsoluteForm())
 			resp, err = s.transport(e, cfg).RoundTrip(out)
 		}
 		if err == nil && resp.StatusCode < http.StatusOK {
@@ -708,14 +708,14 @@ func rotorHeader(k string) bool {
 	return len(k) >= len(prefix) && strings.EqualFold(k[:len(prefix)], prefix)
 }
 
-// classifyProxyResponse recognises answers that come from an http upstream
-// proxy itself rather than from the target (../shared/UPSTREAM-SIGNALS.md):
+// classifyProxyResponse recognises answers that come from an http or https
+// upstream proxy itself rather than from the target (../shared/UPSTREAM-SIGNALS.md):
 // 407 (and tinyproxy's 401) mean the proxy rejected rotor's credentials;
 // squid marks its own errors with X-Squid-Error; tinyproxy answers an
 // unreachable target with "500 Unable to connect". Responses from the target
 // return nil.
 func classifyProxyResponse(e *upstream.Endpoint, resp *http.Response) *health.Failure {
-	if e.Scheme() != "http" {
+	if !e.AbsoluteForm() {
 		return nil
 	}
 	server := strings.ToLower(resp.Header.Get("Server"))

@@ -16,7 +16,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/rotor-proxy/rotor/health"
 	"github.com/rotor-proxy/rotor/upstream"
 )
 
@@ -33,8 +32,8 @@ import (
 // endpoint's http.Transport.
 type fwdClient struct {
 	e         *upstream.Endpoint
-	proxy     bool   // http:// upstream: absolute form, dialled directly
-	proxyAuth string // Proxy-Authorization rotor sends to an http:// upstream; "" without userinfo
+	proxy     bool   // http:// or https:// upstream: absolute form on a DialForward connection
+	proxyAuth string // Proxy-Authorization rotor sends to such an upstream; "" without userinfo
 	// room, when set (an upstream with max_conns), runs before a new
 	// connection is dialled: it closes idle ones so that the open
 	// connections stay within the limit (Server.connRoom).
@@ -74,7 +73,7 @@ type fwdConn struct {
 
 func newFwdClient(e *upstream.Endpoint) *fwdClient {
 	c := &fwdClient{e: e, idle: map[string][]*fwdConn{}}
-	if e.Scheme() == "http" {
+	if e.AbsoluteForm() {
 		c.proxy = true
 		if u := e.URL.User; u != nil {
 			pass, _ := u.Password()
@@ -119,7 +118,6 @@ type fwdExchange struct {
 	addr      string        // target host:port
 	body      []byte        // buffered request body; nil for none
 	firstByte time.Duration // slow_body.first_byte; <= 0 none
-	dialTO    time.Duration // pool.connect_timeout, for dialling an http:// upstream
 }
 
 // roundTrip sends x and returns the answer, whose body must be read to
@@ -161,15 +159,16 @@ func (fc *fwdClient) roundTrip(ctx context.Context, x *fwdExchange) (*http.Respo
 }
 
 // dial opens a new connection for key: to the proxy itself for an
-// http:// upstream, else a tunnel to the target through the endpoint's
+// http:// or https:// upstream, else a tunnel to the target through the endpoint's
 // dialer (whose errors carry their class and stage).
 func (fc *fwdClient) dial(ctx context.Context, key string, x *fwdExchange) (*fwdConn, error) {
 	var c net.Conn
 	var err error
 	if fc.proxy {
-		d := net.Dialer{Timeout: x.dialTO}
-		if c, err = d.DialContext(ctx, "tcp", fc.e.URL.Host); err != nil {
-			return nil, upstream.Classify(err, health.StageDial)
+		// Through the endpoint's dialer: the proxy's name cache, TLS to
+		// an https:// proxy, errors with their class and stage.
+		if c, _, _, err = fc.e.DialForward(ctx); err != nil {
+			return nil, err
 		}
 	} else if c, err = fc.e.DialContext(ctx, "tcp", x.addr); err != nil {
 		return nil, err

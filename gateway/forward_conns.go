@@ -12,12 +12,12 @@ import (
 	"net/url"
 	"time"
 
-	"github.com/rotor-proxy/rotor/health"
 	"github.com/rotor-proxy/rotor/upstream"
 )
 
-// transport returns the pooled HTTP transport of e. http:// upstreams get
-// requests in absolute form (many proxies refuse CONNECT to port 80);
+// transport returns the pooled HTTP transport of e. http:// and https://
+// upstreams get requests in absolute form (many proxies refuse CONNECT to
+// port 80);
 // the others carry them through a tunnel from e's dialer.
 func (s *Server) transport(e *upstream.Endpoint, cfg *Config) http.RoundTripper {
 	key := trKey{transportKey(e), cfg.SlowBody.FirstByte, s.pool.Config().ConnectTimeout}
@@ -42,8 +42,13 @@ func (s *Server) transport(e *upstream.Endpoint, cfg *Config) http.RoundTripper 
 	if cfg.SlowBody.FirstByte < 0 {
 		t.ResponseHeaderTimeout = 0
 	}
-	if e.Scheme() == "http" {
+	if e.AbsoluteForm() {
 		proxyURL := *e.URL
+		// The Transport speaks to it as to an http:// proxy (absolute
+		// form, Proxy-Authorization from the userinfo); TLS to an
+		// https:// one is the dial's, so the Transport never does its
+		// own (with none of upstream_ca_file's roots).
+		proxyURL.Scheme = "http"
 		// One proxy connection per target, as the lean client keeps them
 		// (fwdClient.roundTrip: tinyproxy relays a connection's later
 		// requests to its first target): the Transport pools connections
@@ -55,13 +60,12 @@ func (s *Server) transport(e *upstream.Endpoint, cfg *Config) http.RoundTripper 
 			u.Fragment = r.URL.Host
 			return &u, nil
 		}
-		t.DialContext = func(ctx context.Context, network, _ string) (net.Conn, error) {
-			d := net.Dialer{Timeout: key.connect}
-			c, err := d.DialContext(ctx, network, proxyURL.Host)
-			if err != nil {
-				return nil, upstream.Classify(err, health.StageDial)
-			}
-			return c, nil
+		t.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
+			// Through the endpoint's dialer: the proxy's name cache (a
+			// name is resolved once a minute, as for tunnels), TLS to an
+			// https:// proxy, errors with their class and stage.
+			c, _, _, err := e.DialForward(ctx)
+			return c, err
 		}
 	}
 	if e.MaxConns > 0 {

@@ -182,12 +182,13 @@ func proxyRejectedAuth(resp *http.Response) bool {
 	return false
 }
 
-// ForwardDialer is implemented by dialers of plain HTTP proxies. For an
-// http:// probe URL the probe then sends its GET in absolute form to the
-// proxy, the way rotor forwards plain-HTTP traffic, rather than through a
-// CONNECT tunnel: stock squid and tinyproxy configurations refuse CONNECT
-// to port 80, which would keep every such upstream out of the pool. ok is
-// false when the dialer cannot forward (the probe then tunnels).
+// ForwardDialer is implemented by dialers of HTTP proxies (http://, and
+// https:// with TLS to the proxy). For an http:// probe URL the probe then
+// sends its GET in absolute form to the proxy, the way rotor forwards
+// plain-HTTP traffic, rather than through a CONNECT tunnel: stock squid
+// and tinyproxy configurations refuse CONNECT to port 80, which would keep
+// every such upstream out of the pool. ok is false when the dialer cannot
+// forward (the probe then tunnels).
 type ForwardDialer interface {
 	DialForward(ctx context.Context) (c net.Conn, proxyAuth string, ok bool, err error)
 }

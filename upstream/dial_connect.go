@@ -264,20 +264,35 @@ func (c *bufferedConn) CloseWrite() error {
 // NetConn returns the underlying conn, like tls.Conn.NetConn.
 func (c *bufferedConn) NetConn() net.Conn { return c.Conn }
 
-// DialForward opens a plain TCP connection to an http:// proxy for a request
-// in absolute form (GET http://host/path), and returns the value of the
-// Proxy-Authorization header to send with it ("" without credentials). It
-// is how the prober reaches http:// probe URLs through HTTP proxies, the
-// same way rotor forwards plain-HTTP traffic: stock squid and tinyproxy
-// refuse CONNECT to port 80. https:// proxies return ok=false (TLS to the
-// proxy is the CONNECT path's job).
+// DialForward opens a connection to the proxy for requests in absolute
+// form (GET http://host/path), TCP to an http:// proxy and TLS over it to
+// an https:// one (the certificate checked as for CONNECT, SNI = proxy
+// host), and returns the value of the Proxy-Authorization header to send
+// with them ("" without credentials). It is how rotor forwards plain-HTTP
+// traffic and how the prober reaches http:// probe URLs through HTTP
+// proxies: stock squid and tinyproxy refuse CONNECT to port 80 (squid's
+// https_port as much as its http_port). ok is always true; ctx governs
+// only the connect and the TLS handshake. Errors are classified as
+// DialContext's: stage dial for the TCP connect, proxy_handshake for TLS.
 func (d *connectDialer) DialForward(ctx context.Context) (c net.Conn, proxyAuth string, ok bool, err error) {
-	if d.tls != nil {
-		return nil, "", false, nil
-	}
-	c, err = d.dialProxy(ctx, d.host)
+	raw, err := d.dialProxy(ctx, d.host)
 	if err != nil {
 		return nil, "", true, err
+	}
+	c = raw
+	if d.tls != nil {
+		tc := tls.Client(raw, d.tls)
+		err = handshake(ctx, raw, d.cfg.HandshakeTimeout, func() error {
+			if err := tc.HandshakeContext(ctx); err != nil {
+				return fmt.Errorf("tls handshake with proxy: %w", err)
+			}
+			return nil
+		})
+		if err != nil {
+			raw.Close()
+			return nil, "", true, failAt(err, health.StageProxyHandshake, d.host)
+		}
+		c = tc
 	}
 	if d.hasAuth {
 		proxyAuth = "Basic " + d.basicToken()

@@ -1,6 +1,7 @@
 package upstream
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -215,6 +216,39 @@ func (e *Endpoint) Scheme() string {
 	return s
 }
 
+// AbsoluteForm reports whether plain-HTTP requests go to e in absolute
+// form (GET http://host/path) on a connection from DialForward: http://
+// and https:// proxies (stock squid and tinyproxy refuse CONNECT to port
+// 80). Others get them through a tunnel from DialContext.
+func (e *Endpoint) AbsoluteForm() bool {
+	_, ok := e.dialer.(forwardDialer)
+	return ok
+}
+
+// forwardDialer is the dialer of an http:// or https:// proxy.
+type forwardDialer interface {
+	DialForward(ctx context.Context) (c net.Conn, proxyAuth string, ok bool, err error)
+}
+
+// DialForward opens a connection to e's proxy for plain-HTTP requests in
+// absolute form (see AbsoluteForm; TLS to an https:// proxy), through the
+// proxy's name cache like every dial of e, and returns the
+// Proxy-Authorization value to send with them ("" without credentials).
+// ok is false when e takes no absolute form. ctx governs only the connect
+// and TLS; a success feeds e's smoothed latency as DialContext's does.
+func (e *Endpoint) DialForward(ctx context.Context) (c net.Conn, proxyAuth string, ok bool, err error) {
+	fd, isFwd := e.dialer.(forwardDialer)
+	if !isFwd {
+		return nil, "", false, nil
+	}
+	t0 := e.clock.Now()
+	c, proxyAuth, ok, err = fd.DialForward(ctx)
+	if err == nil && ok {
+		e.observeLatency(e.clock.Now().Sub(t0))
+	}
+	return c, proxyAuth, ok, err
+}
+
 // Redacted returns the endpoint URL with its password replaced.
 func (e *Endpoint) Redacted() string { return Redact(e.URL) }
 
@@ -270,7 +304,8 @@ func ValidateURL(u *url.URL) error {
 // CheckURL says what is wrong with an upstream URL, without showing it,
 // for callers that show the URL as the user wrote it. It wants a known
 // scheme; for proxies a host and a port in 1-65535 and nothing after
-// host:port but an optional "/"; for direct:// nothing at all.
+// host:port but an optional "/"; for direct:// nothing at all; for
+// socks5 a username and password RFC 1929 can carry.
 func CheckURL(u *url.URL) error {
 	scheme := strings.ToLower(u.Scheme)
 	switch scheme {
@@ -308,6 +343,19 @@ func CheckURL(u *url.URL) error {
 		// Not quoted: when net/url read a password as the port, the
 		// caller's redacted URL hides it, and so must this.
 		return errors.New("invalid port (want 1-65535)")
+	}
+	if (scheme == "socks5" || scheme == "socks5h") && u.User != nil {
+		// What NewDialer refuses, refused here too, so that -check and a
+		// list file's line report it instead of the pool refusing the
+		// whole config at start or reload. RFC 1929 §2: ULEN and PLEN are
+		// one byte each, and ULEN is at least 1.
+		pass, _ := u.User.Password()
+		switch {
+		case u.User.Username() == "":
+			return errors.New("socks5 username must not be empty (RFC 1929)")
+		case len(u.User.Username()) > 255 || len(pass) > 255:
+			return errors.New("socks5 username and password must be at most 255 bytes (RFC 1929)")
+		}
 	}
 	return nil
 }

@@ -45,6 +45,15 @@ func TestValidateURL(t *testing.T) {
 		{"socks5://u:1234#Secret9@h:1", `upstream "socks5://xxxxx": '/', '?' or '#' before the '@'`},
 		{"socks5://u:1234?Secret9@h:1", `upstream "socks5://xxxxx": '/', '?' or '#' before the '@'`},
 		{"socks5://u:1234/Secret9@h:1", `upstream "socks5://xxxxx": '/', '?' or '#' before the '@'`},
+		// What NewDialer refuses (RFC 1929 §2) is refused here too (bug:
+		// -check said ok, then the pool refused the whole config).
+		{"socks5://:pw@127.0.0.1:1080", `upstream "socks5://:xxxxx@127.0.0.1:1080": socks5 username must not be empty`},
+		{"socks5h://@127.0.0.1:1080", "socks5 username must not be empty"},
+		{"socks5://u:" + strings.Repeat("p", 256) + "@127.0.0.1:1080", `upstream "socks5://u:xxxxx@127.0.0.1:1080": socks5 username and password must be at most 255 bytes`},
+		{"socks5://" + strings.Repeat("u", 256) + ":pw@127.0.0.1:1080", "at most 255 bytes"},
+		{"socks5://" + strings.Repeat("u", 255) + ":" + strings.Repeat("p", 255) + "@127.0.0.1:1080", ""},
+		{"http://:pw@127.0.0.1:3128", ""}, // Basic carries an empty user
+		{"https://u:" + strings.Repeat("p", 300) + "@127.0.0.1:443", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.raw, func(t *testing.T) {
