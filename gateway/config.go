@@ -207,11 +207,22 @@ func Defaults() *Config {
 // upstreamTLS is the client TLS config for https:// upstreams: nil (the
 // system's CAs) without upstream_ca_file, else the system's CAs and the
 // file's (a path relative to the config file's directory).
-func (c *Config) upstreamTLS() (*tls.Config, error) {
-	if c.UpstreamCAFile == "" {
+func (c *Config) upstreamTLS() (*tls.Config, error) { return c.caTLS(c.UpstreamCAFile) }
+
+// probeTLS is the client TLS config for an https probe URL: nil (the
+// system's CAs) without probe.ca_file, else the system's CAs and the file's.
+// It is apart from upstream_ca_file: the probe target and the proxies are
+// different parties, and trusting the proxies' CA for it would widen what
+// a probe's pass proves.
+func (c *Config) probeTLS() (*tls.Config, error) { return c.caTLS(c.Probe.CAFile) }
+
+// caTLS trusts the system's CAs and those of the PEM file at path
+// (relative to the config file's directory); nil for no path.
+func (c *Config) caTLS(path string) (*tls.Config, error) {
+	if path == "" {
 		return nil, nil
 	}
-	pem, err := os.ReadFile(c.resolve(c.UpstreamCAFile))
+	pem, err := os.ReadFile(c.resolve(path))
 	if err != nil {
 		return nil, err
 	}
@@ -220,7 +231,7 @@ func (c *Config) upstreamTLS() (*tls.Config, error) {
 		pool = x509.NewCertPool()
 	}
 	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("%s holds no PEM certificate", c.UpstreamCAFile)
+		return nil, fmt.Errorf("%s holds no PEM certificate", path)
 	}
 	return &tls.Config{RootCAs: pool}, nil
 }
@@ -468,6 +479,11 @@ func (c *Config) validate() ConfigErrors {
 	if c.UpstreamCAFile != "" {
 		if _, err := c.upstreamTLS(); err != nil {
 			add(c.lines.key(toml.Key{"upstream_ca_file"}), "upstream_ca_file: %v", err)
+		}
+	}
+	if c.Probe.CAFile != "" {
+		if _, err := c.probeTLS(); err != nil {
+			add(c.lines.key(toml.Key{"probe", "ca_file"}), "probe.ca_file: %v", err)
 		}
 	}
 	if c.Listen.SOCKS5 == "" && c.Listen.HTTP == "" {

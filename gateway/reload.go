@@ -20,5 +20,9 @@ func (s *Server) ReloadFile() error {
 // healthChanged reports whether next gives the health tracker another
 // configuration than prev (trackerConfig): only then does Reload apply it.
 func healthChanged(prev, next *Config) bool {
-	return !reflect.DeepEqual(trackerConfig(prev), trackerConfig(next))
+	a, b := trackerConfig(prev), trackerConfig(next)
+	// A probe.ca_file is read again at each reload (its contents may have
+	// changed under the same name); the pools read are not comparable.
+	a.Probe.TLS, b.Probe.TLS = nil, nil
+	return !reflect.DeepEqual(a, b) || next.Probe.CAFile != ""
 }

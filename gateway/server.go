@@ -192,9 +192,12 @@ func trackerConfig(cfg *Config) health.Config {
 		}
 		return health.ScopeUpstream
 	}
+	probe := cfg.Probe
+	// Checked by validate; a file that went bad since leaves the system's CAs.
+	probe.TLS, _ = cfg.probeTLS()
 	return health.Config{
 		Cooldown:             cfg.Cooldown,
-		Probe:                cfg.Probe,
+		Probe:                probe,
 		SlowStart:            cfg.Pool.SlowStart,
 		StartEligible:        cfg.Pool.StartEligible,
 		ScopeTargetHTTPError: scope(cfg.TargetHTTPError.Scope),

@@ -156,6 +156,10 @@ type ProbeConfig struct {
 	// spaced 1/Rate apart, so no second ever sees more than Rate (rounded
 	// up). Default 10.
 	Rate float64 `toml:"rate"`
+	// CAFile is a PEM file of CA certificates trusted, besides the
+	// system's, for an https probe URL (a probe target with a private
+	// CA). The gateway reads it (a path relative to the config file) into TLS.
+	CAFile string `toml:"ca_file"`
 	// TLS is the client TLS config for https probe URLs (nil: system roots,
 	// ServerName from the URL). Not part of the TOML.
 	TLS *tls.Config `toml:"-"`
