@@ -734,6 +734,11 @@ func (u UpstreamConfig) spec() (upstream.Spec, error) {
 			user = pu.User.Username()
 		}
 		pu.User = url.UserPassword(user, pw)
+		// What the URL's own password passed, the variable's must too
+		// (socks5: RFC 1929 carries at most 255 bytes).
+		if err := upstream.CheckURL(pu); err != nil {
+			return bad("password_env", "upstream %s: with the password from %s: %v", upstream.Redact(pu), u.PasswordEnv, err)
+		}
 	}
 	if u.Pipeline && pu.Scheme != "socks5" && pu.Scheme != "socks5h" {
 		return bad("pipeline", "upstream %s: pipeline = true applies to socks5 upstreams only", upstream.Redact(pu))

@@ -769,3 +769,19 @@ func TestConfigWarnings(t *testing.T) {
 		t.Errorf("a plain config warns: %v %v", cfg.Warnings(), err)
 	}
 }
+
+// TestConfigPasswordEnvChecked: a socks5 password from password_env gets
+// the checks the URL's own gets (bug: one over 255 bytes passed -check and
+// failed the start), and the error does not show it.
+func TestConfigPasswordEnvChecked(t *testing.T) {
+	long := strings.Repeat("Zq9", 100)
+	t.Setenv("ROTOR_TEST_LONG_PW", long)
+	text := "[[upstream]]\nurl = \"socks5://u@127.0.0.1:1080\"\npassword_env = \"ROTOR_TEST_LONG_PW\"\n"
+	_, err := ParseConfig("rotor.toml", []byte(text))
+	if err == nil || !strings.Contains(err.Error(), "rotor.toml:3:") || !strings.Contains(err.Error(), "255 bytes") {
+		t.Fatalf("err = %v, want the 255-byte limit at password_env's line", err)
+	}
+	if strings.Contains(err.Error(), long[:20]) {
+		t.Errorf("error shows the password: %v", err)
+	}
+}
