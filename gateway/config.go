@@ -587,17 +587,21 @@ func (c *Config) validate() ConfigErrors {
 			}
 			continue
 		}
+		// Each duplicate names the first entry, not the duplicate
+		// before it (":6 duplicates the one at line 4" for a third copy).
 		k := upstream.Identity(spec.URL)
-		if prev, dup := keys[k]; dup {
-			add(line, "upstream %s duplicates the one at line %d", upstream.Redact(spec.URL), prev)
+		if first, dup := keys[k]; dup {
+			add(line, "upstream %s duplicates the one at line %d", upstream.Redact(spec.URL), first)
+		} else {
+			keys[k] = line
 		}
-		keys[k] = line
 		if u.Name != "" {
 			nameLine := c.elemKey("upstream", i, "name")
-			if prev, dup := names[u.Name]; dup {
-				add(nameLine, "upstream name %q duplicates the one at line %d", u.Name, prev)
+			if first, dup := names[u.Name]; dup {
+				add(nameLine, "upstream name %q duplicates the one at line %d", u.Name, first)
+			} else {
+				names[u.Name] = nameLine
 			}
-			names[u.Name] = nameLine
 		}
 		for _, n := range []struct {
 			key string

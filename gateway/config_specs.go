@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 
 	"github.com/rs/zerolog"
 
@@ -254,6 +255,12 @@ func nameDefaults(specs []upstream.Spec) (taken []int) {
 		}
 	}
 	used := maps.Clone(explicit)
+	// next[base] is the first suffix not yet tried for base: every
+	// base~N below it is taken, so the search resumes there. Starting
+	// again at ~2 for each of n specs sharing a default name (n copies of
+	// direct://, which -check reports as duplicates) made -check
+	// quadratic: 20,000 copies took 32 s.
+	next := map[string]int{}
 	for i := range specs {
 		s := &specs[i]
 		if s.Name != "" {
@@ -270,9 +277,12 @@ func nameDefaults(specs []upstream.Spec) (taken []int) {
 			s.Name = name
 			continue
 		}
-		base := name
-		for n := 2; used[name]; n++ {
-			name = fmt.Sprintf("%s~%d", base, n)
+		if used[name] {
+			base, n := name, max(next[name], 2)
+			for ; used[name]; n++ {
+				name = base + "~" + strconv.Itoa(n)
+			}
+			next[base] = n
 		}
 		used[name] = true
 		s.Name = name
