@@ -301,7 +301,13 @@ func ParseConfig(path string, data []byte) (*Config, error) {
 // the list files of a config with errors too.
 func parseConfig(path string, data []byte) (*Config, ConfigErrors) {
 	text := string(data)
-	c := &Config{path: path, lines: indexLines(text), elems: indexElems(text)}
+	c := &Config{path: path}
+	// Before anything reads the text as TOML: a deeply nested file costs
+	// the decoder seconds and gigabytes (config_depth.go).
+	if e := c.nestingError(text); e != nil {
+		return nil, ConfigErrors{*e}
+	}
+	c.lines, c.elems = indexLines(text), indexElems(text)
 	// The plain tree first: it fails only on syntax, and shows what each
 	// key holds, which the typed decode hides (an integer duration) or
 	// reports one at a time without a usable line (a type error).

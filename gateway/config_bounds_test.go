@@ -1,10 +1,14 @@
 package gateway
 
 import (
+	"fmt"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/rs/zerolog"
 
 	"github.com/rotor-proxy/rotor/upstream"
 )
@@ -77,5 +81,124 @@ func TestNameDefaultsLinear(t *testing.T) {
 		if got := few[i].Name; got != want {
 			t.Errorf("with a name direct~3: name %d = %q, want %q", i, got, want)
 		}
+	}
+}
+
+// nestedHead is four lines before the nesting in the files of
+// TestConfigNestingRefused: the deep part is at line 5.
+const nestedHead = "[[upstream]]\nurl = \"direct://\"\n# a comment\n[pool]\n"
+
+// nestingMsg is the error of a file nested past maxNesting.
+var nestingMsg = fmt.Sprintf("nested more than %d levels deep (each table header or dotted key part, array and [[table]] is one); rotor's keys are at most 4 deep", maxNesting)
+
+// TestConfigNestingRefused: a small file nested thousands of levels deep
+// (x = {a={a=…}}, a header [a.a.a…], a dotted key, arrays) is refused
+// before it is decoded, at the line where it goes past maxNesting, in one
+// short line. The decoder took seconds and gigabytes on these (4,000
+// inline tables in 16 KB: 4.2 s, 968 MB; a 20,000-part header in 40 KB:
+// 13.8 s, 1.2 GB and a 40 KB error line); only the error is asserted,
+// not how long it took. Brackets in strings and comments are text, and
+// nesting up to the bound is left to the decoder.
+func TestConfigNestingRefused(t *testing.T) {
+	deep := func(open, leaf, close string, n int) string {
+		return strings.Repeat(open, n) + leaf + strings.Repeat(close, n)
+	}
+	for _, tc := range []struct{ name, text string }{
+		{"inline tables", "x = " + deep("{a=", "1", "}", 4000) + "\n"},
+		{"inline tables over lines", "x = " + deep("{\n a =", "1", "\n}", 4000) + "\n"},
+		{"table header", "[" + strings.Repeat("a.", 20000) + "a]\nb = 1\n"},
+		{"array of tables header", "[[" + strings.Repeat("a.", 20000) + "a]]\n"},
+		{"dotted key", strings.Repeat("a.", 20000) + "a = 1\n"},
+		{"quoted dotted key", strings.Repeat(`"a".`, 20000) + "'a' = 1\n"},
+		{"arrays", "x = " + deep("[", "1", "]", 20000) + "\n"},
+		{"arrays of inline tables", "x = " + deep("[{a = ", "1", "}]", 4000) + "\n"},
+		{"just past the bound", "x = " + deep("{a=", "1", "}", maxNesting-1) + "\n"},
+		{"nested [[table]] headers", func() string {
+			var b strings.Builder
+			for i := 1; i <= maxNesting; i++ {
+				b.WriteString("[[" + strings.Repeat("a.", i-1) + "a]]\n")
+			}
+			return b.String()
+		}()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ParseConfig("t.toml", []byte(nestedHead+tc.text))
+			var ces ConfigErrors
+			if !asConfigErrors(err, &ces) || len(ces) != 1 || ces[0].Line < 5 || ces[0].Msg != nestingMsg {
+				t.Fatalf("got %.300q\nwant one error at line 5 or after: %s", fmt.Sprint(err), nestingMsg)
+			}
+			// [[a.a]] is a, its element, a, its element: 4 levels, so
+			// the 17th header is 34 deep.
+			if want := 5 + maxNesting/2; tc.name == "nested [[table]] headers" && ces[0].Line != want {
+				t.Errorf("at line %d, want %d", ces[0].Line, want)
+			}
+			if tc.name != "nested [[table]] headers" && tc.name != "inline tables over lines" && ces[0].Line != 5 {
+				t.Errorf("at line %d, want 5", ces[0].Line)
+			}
+		})
+	}
+	for _, tc := range []struct{ name, text string }{
+		{"at the bound", "x = " + deep("{a=", "1", "}", maxNesting-2) + "\n"},
+		{"brackets in strings", "x = \"" + strings.Repeat("{[", 5000) + "\"\ny = '" + strings.Repeat("{[", 5000) + "'\n"},
+		{"brackets in multi-line strings", "x = \"\"\"\n" + strings.Repeat("{[\\\"\n", 5000) + "\"\"\"\"\ny = '''" + strings.Repeat("[{\n", 5000) + "'''\n"},
+		{"brackets in comments", "# " + strings.Repeat("{[", 5000) + "\nx = [ # " + strings.Repeat("[", 5000) + "\n 1, # " + strings.Repeat("{", 5000) + "\n]\n"},
+		{"many shallow tables", strings.Repeat("[[t]]\na.b = {c = [1, {d = 2}]}\n", 2000)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ParseConfig("t.toml", []byte(nestedHead+tc.text))
+			if err == nil {
+				t.Fatal("no error; the test's keys are unknown ones")
+			}
+			if strings.Contains(err.Error(), "levels deep") {
+				t.Errorf("refused for nesting: %.300s", err)
+			}
+		})
+	}
+	// The files rotor ships nest at most 4 deep.
+	for _, path := range []string{"../config.example.toml", "../docker/rotor.toml"} {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := nestScan{s: string(data), deep: -1}
+		if n.file(); n.i != len(n.s) || n.deep >= 0 || n.max > 4 {
+			t.Errorf("%s: scanned to byte %d of %d, %d levels deep at most; want the whole file, at most 4", path, n.i, len(n.s), n.max)
+		}
+	}
+}
+
+// asConfigErrors is errors.As for ConfigErrors.
+func asConfigErrors(err error, ces *ConfigErrors) bool {
+	e, ok := err.(ConfigErrors)
+	*ces = e
+	return ok
+}
+
+// TestReloadNestedRefused: a reload of a file nested too deep is refused
+// with FILE:LINE and the running config stays (-check and a start read
+// the file through the same ParseConfig).
+func TestReloadNestedRefused(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "rotor.toml")
+	good := "[listen]\nsocks5 = \"127.0.0.1:0\"\nhttp = \"\"\nadmin = \"\"\n[[upstream]]\nurl = \"direct://\"\nname = \"kept\"\n"
+	writeFiles(t, dir, map[string]string{"rotor.toml": good})
+	cfg, err := LoadConfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := New(cfg, Options{Log: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFiles(t, dir, map[string]string{"rotor.toml": good + "x = " + strings.Repeat("{a=", 4000) + "1" + strings.Repeat("}", 4000) + "\n"})
+	want := path + ":8: " + nestingMsg
+	if err := srv.ReloadFile(); err == nil || err.Error() != want {
+		t.Errorf("reload: %.300v\nwant %s", err, want)
+	}
+	if err := CheckConfig(path); err == nil || err.Error() != want {
+		t.Errorf("CheckConfig: %.300v\nwant %s", err, want)
+	}
+	if srv.Config() != cfg || srv.Pool().Lookup("kept") == nil {
+		t.Error("the refused reload replaced the running config")
 	}
 }
