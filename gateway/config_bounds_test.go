@@ -202,3 +202,57 @@ func TestReloadNestedRefused(t *testing.T) {
 		t.Error("the refused reload replaced the running config")
 	}
 }
+
+// TestConfigEchoesBounded: a key or value of a megabyte is echoed cut to
+// maxShown bytes with "…" (an unknown 10 MB key was printed whole, by
+// -check and in every reload's log line), and no message, whatever
+// quotes it (the decoder's own), is longer than maxMsg. Cutting comes
+// after redaction: no piece of a long password shows.
+func TestConfigEchoesBounded(t *testing.T) {
+	const big = 1 << 20
+	long := func(c string) string { return strings.Repeat(c, big) }
+	cut := func(c string) string { return strings.Repeat(c, maxShown) + "…" }
+	password := "Zq8" + strings.Repeat("Pw7", big/3)
+	up := "[[upstream]]\nurl = \"direct://\"\n"
+	for _, tc := range []struct {
+		name, text, want string
+	}{
+		{"unknown key", up + long("k") + " = 1\n", `unknown key "upstream.` + strings.Repeat("k", maxShown-len("upstream.")) + `…"`},
+		{"unknown table", up + "[" + long("t") + "]\nx = 1\n", `unknown key "` + cut("t") + `"`},
+		{"client username", up + "[[client]]\nusername = \"" + long("u") + "-tag-x\"\npassword = \"pw-ok\"\n", `client "` + cut("u") + `"`},
+		{"tag", "[[upstream]]\nurl = \"direct://\"\ntags = [\"" + long("g") + "-\"]\n", `tag "` + cut("g") + `"`},
+		{"scope", up + "[slow_body]\nscope = \"" + long("s") + "\"\n", `slow_body.scope: "` + cut("s") + `"`},
+		{"duration", up + "[pool]\nconnect_timeout = \"" + long("9") + "x\"\n", `invalid duration "` + cut("9") + `"`},
+		{"listen address", up + "[listen]\nsocks5 = \"" + long("h") + "\"\n", `listen.socks5: "` + cut("h") + `"`},
+		{"upstream url", "[[upstream]]\nurl = \"socks5://" + long("n") + ":" + password + "@127.0.0.1:99999\"\n", `upstream "socks5://` + strings.Repeat("n", maxShown-len("socks5://")) + `…"`},
+		{"upstream password alone", "[[upstream]]\nurl = \"socks5://user:" + password + "@127.0.0.1:99999\"\n", `upstream "socks5://user:xxxxx@127.0.0.1:99999"`},
+		{"decoder's message", up + long("d") + " = 1\n" + long("d") + " = 2\n", "Key 'upstream." + strings.Repeat("d", maxShown-len("'upstream.")) + "… has already been defined."},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ParseConfig("t.toml", []byte(tc.text))
+			if err == nil {
+				t.Fatal("no error")
+			}
+			var ces ConfigErrors
+			if !asConfigErrors(err, &ces) {
+				t.Fatalf("error %T, want ConfigErrors", err)
+			}
+			found := false
+			for _, e := range ces {
+				line := e.Error()
+				if len(line) > len("t.toml:99: ")+maxMsg+len("…") {
+					t.Errorf("a %d-byte error line: %.200s…", len(line), line)
+				}
+				for _, piece := range []string{"Zq8", "Pw7Pw7"} {
+					if strings.Contains(line, piece) {
+						t.Errorf("a piece of the password (%s) in: %.300s", piece, line)
+					}
+				}
+				found = found || strings.Contains(line, tc.want)
+			}
+			if !found {
+				t.Errorf("no error shows %.300q:\n%.2000s", tc.want, err)
+			}
+		})
+	}
+}
