@@ -87,7 +87,8 @@ type ListenConfig struct {
 	AdminToken    string `toml:"admin_token"`
 	AdminTokenEnv string `toml:"admin_token_env"`
 	// HandshakeTimeout bounds a client's SOCKS5 greeting/auth/request or
-	// HTTP request line and headers. Default 10s.
+	// HTTP request line and headers, and a whole admin API request (body
+	// included). Default 10s.
 	HandshakeTimeout time.Duration `toml:"handshake_timeout"`
 	// MaxConnections caps concurrent client connections per front; 0 = no cap.
 	MaxConnections int `toml:"max_connections"`
