@@ -87,7 +87,8 @@ type ListenConfig struct {
 	AdminToken    string `toml:"admin_token"`
 	AdminTokenEnv string `toml:"admin_token_env"`
 	// HandshakeTimeout bounds a client's SOCKS5 greeting/auth/request or
-	// HTTP request line and headers. Default 10s.
+	// HTTP request line and headers, and a whole admin API request (body
+	// included). Default 10s.
 	HandshakeTimeout time.Duration `toml:"handshake_timeout"`
 	// MaxConnections caps concurrent client connections per front; 0 = no cap.
 	MaxConnections int `toml:"max_connections"`
@@ -173,11 +174,12 @@ type ConfigError struct {
 	Msg  string
 }
 
+// Error is FILE:LINE: message, the message cut to maxMsg bytes.
 func (e ConfigError) Error() string {
 	if e.Line > 0 {
-		return fmt.Sprintf("%s:%d: %s", e.File, e.Line, e.Msg)
+		return fmt.Sprintf("%s:%d: %s", e.File, e.Line, clip(e.Msg, maxMsg))
 	}
-	return fmt.Sprintf("%s: %s", e.File, e.Msg)
+	return fmt.Sprintf("%s: %s", e.File, clip(e.Msg, maxMsg))
 }
 
 // ConfigErrors is every problem found in one file.
@@ -312,7 +314,13 @@ func ParseConfig(path string, data []byte) (*Config, error) {
 // the list files of a config with errors too.
 func parseConfig(path string, data []byte) (*Config, ConfigErrors) {
 	text := string(data)
-	c := &Config{path: path, lines: indexLines(text), elems: indexElems(text)}
+	c := &Config{path: path}
+	// Before anything reads the text as TOML: a deeply nested file costs
+	// the decoder seconds and gigabytes (config_depth.go).
+	if e := c.nestingError(text); e != nil {
+		return nil, ConfigErrors{*e}
+	}
+	c.lines, c.elems = indexLines(text), indexElems(text)
 	// The plain tree first: it fails only on syntax, and shows what each
 	// key holds, which the typed decode hides (an integer duration) or
 	// reports one at a time without a usable line (a type error).
@@ -337,7 +345,7 @@ func parseConfig(path string, data []byte) (*Config, ConfigErrors) {
 		bad[e.Line] = true
 	}
 	for _, k := range unknownKeys(md.Undecoded()) {
-		errs = append(errs, ConfigError{File: path, Line: c.lines.key(k), Msg: fmt.Sprintf("unknown key %q", k.String())})
+		errs = append(errs, ConfigError{File: path, Line: c.lines.key(k), Msg: fmt.Sprintf("unknown key %q", shown(k.String()))})
 	}
 	// Before fill, which reads password_env into Password.
 	errs = append(errs, c.clientPasswordErrors()...)
@@ -362,7 +370,7 @@ func (c *Config) clientPasswordErrors() ConfigErrors {
 	for i, cl := range c.Clients {
 		if cl.Password != "" && cl.PasswordEnv != "" {
 			errs = append(errs, ConfigError{File: c.path, Line: c.elemKey("client", i, "password_env"),
-				Msg: fmt.Sprintf("client %q: set password or password_env, not both", cl.Username)})
+				Msg: fmt.Sprintf("client %q: set password or password_env, not both", shown(cl.Username))})
 		}
 	}
 	return errs
@@ -515,37 +523,38 @@ func (c *Config) validate() ConfigErrors {
 	usernames := map[string]int{}
 	for i, cl := range c.Clients {
 		line := c.elemKey("client", i, "username")
+		user := shown(cl.Username)
 		if cl.Username == "" {
 			add(line, "client: username is required")
 		}
 		if prev, dup := usernames[cl.Username]; dup && cl.Username != "" {
 			// Both passwords would log in: the second is most likely a
 			// copy meant to be renamed, or a rotation left half-done.
-			add(line, "client %q duplicates the one at line %d", cl.Username, prev)
+			add(line, "client %q duplicates the one at line %d", user, prev)
 		} else {
 			usernames[cl.Username] = line
 		}
 		if strings.ContainsAny(cl.Username, ":") {
-			add(line, "client %q: username must not contain ':'", cl.Username)
+			add(line, "client %q: username must not contain ':'", user)
 		}
 		if p := parseUser(cl.Username); cl.Username != "" && p.User != cl.Username {
 			// The fronts read these as username parameters and check
 			// only what is before them: this client could never log in.
-			add(line, "client %q: a username cannot contain \"-session-<id>\" or \"-tag-<tag>\" (rotor reads them as username parameters; this user could never log in)", cl.Username)
+			add(line, "client %q: a username cannot contain \"-session-<id>\" or \"-tag-<tag>\" (rotor reads them as username parameters; this user could never log in)", user)
 		}
 		if c.Listen.SOCKS5 != "" && len(cl.Username) > 255 {
 			add(line, "client: username is %d bytes; SOCKS5 (RFC 1929) carries at most 255", len(cl.Username))
 		}
 		if c.Listen.SOCKS5 != "" && len(cl.Password) > 255 {
-			add(c.elemKey("client", i, "password"), "client %q: password is %d bytes; SOCKS5 (RFC 1929) carries at most 255", cl.Username, len(cl.Password))
+			add(c.elemKey("client", i, "password"), "client %q: password is %d bytes; SOCKS5 (RFC 1929) carries at most 255", user, len(cl.Password))
 		}
 		if cl.Password == "" {
 			if cl.PasswordEnv != "" {
-				add(c.elemKey("client", i, "password_env"), "client %q: environment variable %s is empty or unset", cl.Username, cl.PasswordEnv)
+				add(c.elemKey("client", i, "password_env"), "client %q: environment variable %s is empty or unset", user, shown(cl.PasswordEnv))
 			} else {
 				// At the password line when there is one (password = ""),
 				// else at the [[client]] header.
-				add(c.elemKey("client", i, "password"), "client %q: password (or password_env) is required", cl.Username)
+				add(c.elemKey("client", i, "password"), "client %q: password (or password_env) is required", user)
 			}
 		}
 	}
@@ -555,7 +564,7 @@ func (c *Config) validate() ConfigErrors {
 	errs = append(errs, c.keyErrors((health.Config{Cooldown: c.Cooldown, Probe: c.Probe}).Validate(), c.lines.table("cooldown", "probe"))...)
 	for _, s := range []struct{ table, scope string }{{"slow_body", c.SlowBody.Scope}, {"target_http_error", c.TargetHTTPError.Scope}} {
 		if s.scope != "target" && s.scope != "upstream" {
-			add(c.lines.key(toml.Key{s.table, "scope"}), "%s.scope: %q is not \"target\" or \"upstream\"", s.table, s.scope)
+			add(c.lines.key(toml.Key{s.table, "scope"}), "%s.scope: %q is not \"target\" or \"upstream\"", s.table, shown(s.scope))
 		}
 	}
 	for _, st := range c.TargetHTTPError.Statuses {
@@ -575,11 +584,7 @@ func (c *Config) validate() ConfigErrors {
 		}
 		if u.Name != "" || i < len(c.named) && c.named[i] {
 			if err := upstream.CheckName(u.Name); err != nil {
-				shown := u.Name
-				if len(shown) > 60 {
-					shown = strings.ToValidUTF8(shown[:60], "") + "…"
-				}
-				add(c.elemKey("upstream", i, "name"), "upstream name %q: %v", shown, err)
+				add(c.elemKey("upstream", i, "name"), "upstream name %q: %v", clip(u.Name, 60), err)
 			}
 		}
 		line := c.elemKey("upstream", i, "url")
@@ -598,29 +603,33 @@ func (c *Config) validate() ConfigErrors {
 				neg bool
 			}{{"weight", u.Weight < 0}, {"max_conns", u.MaxConns < 0}, {"rate", u.Rate < 0}} {
 				if n.neg {
-					add(c.elemKey("upstream", i, n.key), "upstream %q: %s must not be negative", redactURL(u.URL), n.key)
+					add(c.elemKey("upstream", i, n.key), "upstream %q: %s must not be negative", shown(redactURL(u.URL)), n.key)
 				}
 			}
 			continue
 		}
+		// Each duplicate names the first entry, not the duplicate
+		// before it (":6 duplicates the one at line 4" for a third copy).
 		k := upstream.Identity(spec.URL)
-		if prev, dup := keys[k]; dup {
-			add(line, "upstream %s duplicates the one at line %d", upstream.Redact(spec.URL), prev)
+		if first, dup := keys[k]; dup {
+			add(line, "upstream %s duplicates the one at line %d", shown(upstream.Redact(spec.URL)), first)
+		} else {
+			keys[k] = line
 		}
-		keys[k] = line
 		if u.Name != "" {
 			nameLine := c.elemKey("upstream", i, "name")
-			if prev, dup := names[u.Name]; dup {
-				add(nameLine, "upstream name %q duplicates the one at line %d", u.Name, prev)
+			if first, dup := names[u.Name]; dup {
+				add(nameLine, "upstream name %q duplicates the one at line %d", shown(u.Name), first)
+			} else {
+				names[u.Name] = nameLine
 			}
-			names[u.Name] = nameLine
 		}
 		for _, n := range []struct {
 			key string
 			neg bool
 		}{{"weight", u.Weight < 0}, {"max_conns", u.MaxConns < 0}, {"rate", u.Rate < 0}} {
 			if n.neg {
-				add(c.elemKey("upstream", i, n.key), "upstream %s: %s must not be negative", upstream.Redact(spec.URL), n.key)
+				add(c.elemKey("upstream", i, n.key), "upstream %s: %s must not be negative", shown(upstream.Redact(spec.URL)), n.key)
 			}
 		}
 	}
@@ -634,7 +643,7 @@ func (c *Config) validate() ConfigErrors {
 		switch f.Scheme {
 		case "", "http", "https", "socks5", "socks5h":
 		default:
-			add(c.elemKey("upstream_file", i, "scheme"), "upstream_file: scheme %q is not socks5, http or https", f.Scheme)
+			add(c.elemKey("upstream_file", i, "scheme"), "upstream_file: scheme %q is not socks5, http or https", shown(f.Scheme))
 		}
 		if f.Pipeline && f.Scheme != "socks5" && f.Scheme != "socks5h" {
 			add(c.elemKey("upstream_file", i, "pipeline"), "upstream_file: pipeline = true needs scheme = \"socks5\" (it applies to socks5 upstreams only)")
@@ -655,9 +664,9 @@ func tagErrors(tags []string) []string {
 		case t == "":
 			msgs = append(msgs, "a tag must not be empty")
 		case strings.Contains(t, "-"):
-			msgs = append(msgs, fmt.Sprintf("tag %q contains '-', which separates username parameters: no client could ask for it (use letters, digits, '_' or '.')", t))
+			msgs = append(msgs, fmt.Sprintf("tag %q contains '-', which separates username parameters: no client could ask for it (use letters, digits, '_' or '.')", shown(t)))
 		case strings.IndexFunc(t, func(r rune) bool { return r == ':' || unicode.IsSpace(r) || !unicode.IsPrint(r) }) >= 0:
-			msgs = append(msgs, fmt.Sprintf("tag %q contains white space, ':' or a control character, which a proxy username cannot carry", t))
+			msgs = append(msgs, fmt.Sprintf("tag %q contains white space, ':' or a control character, which a proxy username cannot carry", shown(t)))
 		}
 	}
 	return msgs
@@ -692,18 +701,18 @@ func (u UpstreamConfig) spec() (upstream.Spec, error) {
 	if sellerCreds(rest) >= 0 && !strings.Contains(rest, "@") {
 		// host:port:user:pass (also behind a scheme), a list-file line
 		// pasted here.
-		return bad("url", "upstream %q: want scheme://user:pass@host:port (host:port:user:pass is a list-file format)", redactURL(raw))
+		return bad("url", "upstream %q: want scheme://user:pass@host:port (host:port:user:pass is a list-file format)", shown(redactURL(raw)))
 	}
 	if !hasScheme {
 		// Also user:pass@host:port: net/url would read it as scheme
 		// "user" and may keep the password in what it shows.
-		return bad("url", "upstream %q: want scheme://[user:pass@]host:port (socks5, http, https or direct)", redactURL(raw))
+		return bad("url", "upstream %q: want scheme://[user:pass@]host:port (socks5, http, https or direct)", shown(redactURL(raw)))
 	}
 	// net/url ends the userinfo at the first '/', '?' or '#', so a
 	// password holding one would partly become the host
 	// ("u:Hash#Secret9@h:1" has host "u:Hash") and partly a fragment.
 	if at := strings.LastIndex(rest, "@"); at >= 0 && strings.ContainsAny(rest[:at], "/?#") {
-		return bad("url", "upstream %q: '/', '?' or '#' before the '@': percent-encode them in the password (%%2F, %%3F, %%23)", redactURL(raw))
+		return bad("url", "upstream %q: '/', '?' or '#' before the '@': percent-encode them in the password (%%2F, %%3F, %%23)", shown(redactURL(raw)))
 	}
 	pu, err := url.Parse(raw)
 	if err != nil {
@@ -711,23 +720,23 @@ func (u UpstreamConfig) spec() (upstream.Spec, error) {
 		if strings.Contains(raw, "@") {
 			hint = "; percent-encode special characters in the password"
 		}
-		return bad("url", "upstream %q: invalid url (%s%s)", redactURL(raw), urlParseReason(err), hint)
+		return bad("url", "upstream %q: invalid url (%s%s)", shown(redactURL(raw)), urlParseReason(err), hint)
 	}
 	if pu.Opaque != "" {
 		// A seller line pasted as a URL ("user:pass@host:port") parses as
 		// scheme "user" with an opaque rest that holds the password.
-		return bad("url", "upstream %q: want scheme://[user:pass@]host:port (socks5, http, https or direct)", upstream.Redact(pu))
+		return bad("url", "upstream %q: want scheme://[user:pass@]host:port (socks5, http, https or direct)", shown(upstream.Redact(pu)))
 	}
 	if err := upstream.CheckURL(pu); err != nil {
 		// Shown as written (redacted), not as net/url read it: when the
 		// URL parses in an unintended way, the password may be in what
 		// it took for the host.
-		return bad("url", "upstream %q: %v", redactURL(raw), err)
+		return bad("url", "upstream %q: %v", shown(redactURL(raw)), err)
 	}
 	if u.PasswordEnv != "" {
 		pw := os.Getenv(u.PasswordEnv)
 		if pw == "" {
-			return bad("password_env", "upstream %s: environment variable %s is empty or unset", upstream.Redact(pu), u.PasswordEnv)
+			return bad("password_env", "upstream %s: environment variable %s is empty or unset", shown(upstream.Redact(pu)), shown(u.PasswordEnv))
 		}
 		user := ""
 		if pu.User != nil {
@@ -741,7 +750,7 @@ func (u UpstreamConfig) spec() (upstream.Spec, error) {
 		}
 	}
 	if u.Pipeline && pu.Scheme != "socks5" && pu.Scheme != "socks5h" {
-		return bad("pipeline", "upstream %s: pipeline = true applies to socks5 upstreams only", upstream.Redact(pu))
+		return bad("pipeline", "upstream %s: pipeline = true applies to socks5 upstreams only", shown(upstream.Redact(pu)))
 	}
 	return upstream.Spec{URL: pu, Name: u.Name, Disabled: u.Disabled, Tags: u.Tags, Weight: u.Weight, MaxConns: u.MaxConns, Rate: u.Rate, Pipeline: u.Pipeline}, nil
 }

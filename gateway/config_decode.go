@@ -47,7 +47,7 @@ func (c *Config) parseError(pe toml.ParseError, text string) ConfigError {
 	if start := pe.Position.Start; start > 0 && start <= len(text) {
 		line = 1 + strings.Count(text[:start], "\n")
 	}
-	return ConfigError{File: c.path, Line: line, Msg: redactText(pe.Message)}
+	return ConfigError{File: c.path, Line: line, Msg: shownWords(redactText(pe.Message))}
 }
 
 // decode fills c from text, whose plain tree is tree. It returns the
@@ -108,7 +108,7 @@ func (c *Config) checkTree(tree map[string]any, leaves bool) ConfigErrors {
 		case t == durationType:
 			if _, ok := v.(string); !ok {
 				errs = append(errs, ConfigError{File: c.path, Line: line(key),
-					Msg: fmt.Sprintf("%s: want a duration string like \"5s\", got %s", key, describeValue(v))})
+					Msg: fmt.Sprintf("%s: want a duration string like \"5s\", got %s", shown(key.String()), describeValue(v))})
 				return false
 			}
 		case t.Kind() == reflect.Struct:
@@ -244,7 +244,7 @@ func (c *Config) leafError(key toml.Key, v any, t reflect.Type, err error, line 
 	if errors.As(err, &pe) {
 		msg = pe.Message
 		if s, ok := v.(string); ok && t == durationType {
-			msg = fmt.Sprintf("invalid duration %q (want a duration string like \"5s\", \"500ms\" or \"1m30s\")", s)
+			msg = fmt.Sprintf("invalid duration %q (want a duration string like \"5s\", \"500ms\" or \"1m30s\")", shown(s))
 		}
 	} else {
 		var k []string
@@ -253,7 +253,7 @@ func (c *Config) leafError(key toml.Key, v any, t reflect.Type, err error, line 
 			msg = strings.TrimPrefix(msg, strings.Join(k, ".")+": ") // the holder's key, "v"
 		}
 	}
-	return ConfigError{File: c.path, Line: line, Msg: redactText(key.String() + ": " + msg)}
+	return ConfigError{File: c.path, Line: line, Msg: redactText(shown(key.String()) + ": " + msg)}
 }
 
 // decodeErrRE matches the decoder's errors without a position field:
@@ -286,7 +286,7 @@ func decodeMsg(err error) ([]string, string) {
 		}
 		msg = "want " + wantName(want) + ", got " + goTypeName(got)
 	}
-	return splitKey(keyStr), keyStr + ": " + msg
+	return splitKey(keyStr), shown(keyStr) + ": " + msg
 }
 
 // elemsSetting reports, for each element of the array of tables name in

@@ -31,7 +31,7 @@ func (c *Config) listenErrors() ConfigErrors {
 		}
 		host, port, err := net.SplitHostPort(f.addr)
 		if err != nil {
-			add(f.key, "listen.%s: %q is not host:port", f.key, f.addr)
+			add(f.key, "listen.%s: %q is not host:port", f.key, shown(f.addr))
 			continue
 		}
 		n, err := listenPort(port)
@@ -42,7 +42,7 @@ func (c *Config) listenErrors() ConfigErrors {
 		a := listenAddr{key: f.key, host: listenHost(host), port: n}
 		for _, o := range bound {
 			if a.conflicts(o) {
-				add(f.key, "listen.%s: %s is already listen.%s's address", f.key, f.addr, o.key)
+				add(f.key, "listen.%s: %s is already listen.%s's address", f.key, shown(f.addr), o.key)
 			}
 		}
 		bound = append(bound, a)
@@ -57,7 +57,7 @@ func (c *Config) listenErrors() ConfigErrors {
 		}
 		if err := checkExposure(alone); err != nil {
 			if f.key == "admin" && c.Listen.AdminToken == "" && c.Listen.AdminTokenEnv != "" {
-				add(f.key, "%v (admin_token_env names %s, which is empty or unset)", err, c.Listen.AdminTokenEnv)
+				add(f.key, "%v (admin_token_env names %s, which is empty or unset)", err, shown(c.Listen.AdminTokenEnv))
 			} else {
 				add(f.key, "%v", err)
 			}
@@ -76,11 +76,11 @@ func listenPort(port string) (int, error) {
 		if n, err := strconv.Atoi(port); err == nil && n <= 65535 {
 			return n, nil
 		}
-		return 0, fmt.Errorf("port %s is out of range (0-65535)", port)
+		return 0, fmt.Errorf("port %s is out of range (0-65535)", shown(port))
 	}
 	n, err := net.LookupPort("tcp", port)
 	if err != nil {
-		return 0, fmt.Errorf("unknown port %q (want a number, 0-65535)", port)
+		return 0, fmt.Errorf("unknown port %q (want a number, 0-65535)", shown(port))
 	}
 	return n, nil
 }

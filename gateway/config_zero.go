@@ -105,7 +105,7 @@ func (c *Config) explicitErrors(md *toml.MetaData, weighted []bool) ConfigErrors
 	for i, u := range c.Upstreams {
 		if i < len(weighted) && weighted[i] && u.Weight == 0 {
 			errs = append(errs, ConfigError{File: c.path, Line: c.elemKey("upstream", i, "weight"),
-				Msg: fmt.Sprintf("upstream %s: weight must be >= 1 (got 0; 1 when left out; disabled = true takes an upstream out of rotation)", redactURL(u.URL))})
+				Msg: fmt.Sprintf("upstream %s: weight must be >= 1 (got 0; 1 when left out; disabled = true takes an upstream out of rotation)", shown(redactURL(u.URL)))})
 		}
 	}
 	return errs
