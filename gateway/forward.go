@@ -290,6 +290,17 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 			resp.Body.Close()
 			resp, err = nil, errSwitchingProtocols
 		}
+		if err != nil && s.cutting.Load() {
+			// The drain is cutting what is left: whatever broke the
+			// exchange (its cancel, the client's read side shut under a
+			// streamed body, the upstream connection torn down) is the
+			// drain's, not the upstream's nor the target's.
+			att.Neutral(e)
+			cf := explain(context.Canceled)
+			plainError(w, cf.Status, cf.Header, cf.Reason)
+			s.logForward(id, r, params.User, e, att, errDrainCut, 0, start)
+			return
+		}
 		if err != nil {
 			// The client's body failed while it was sent: that is the
 			// client's, however the upstream exchange ended because of it.
