@@ -101,6 +101,10 @@ type Cluster struct {
 	downLog  downLog          // what the outage's last warning said, and when (down.go)
 	freshAt  time.Time        // last (re)connection or new Redis generation
 	started  bool
+
+	// clamps holds the clamped end of the last remote cooling clamped,
+	// per key (clamp).
+	clamps map[string]clampNote
 }
 
 var (
@@ -152,6 +156,7 @@ func New(cfg Config, tr Tracker, log zerolog.Logger) (*Cluster, error) {
 		held:        map[string]record{},
 		seen:        map[string]int64{},
 		ops:         map[string]stamp{},
+		clamps:      map[string]clampNote{},
 	}
 	opt.Dialer = c.recordDial(redis.NewDialer(opt))
 	c.rdb = redis.NewClient(opt)
@@ -284,7 +289,7 @@ func (c *Cluster) TryProbe(key string) (func(), bool) {
 	}
 	raw, err := c.rdb.Get(ctx, c.recPrefix+key).Result()
 	if err == nil {
-		if rec, derr := decodeRecord(raw); derr == nil && rec.settled(time.Now()) {
+		if rec, derr := decodeRecord(raw); derr == nil && c.settled(rec, time.Now()) {
 			_, _ = releaseScript.Run(ctx, c.rdb, []string{lk}, c.tok).Result()
 			c.consider(rec, true)
 			return nil, false
@@ -387,20 +392,6 @@ func (c *Cluster) noteOp(rec record) {
 	if s := (stamp{rec.OpAt, rec.OpInst}); s.at != 0 && s.after(c.ops[rec.Key]) {
 		c.ops[rec.Key] = s
 	}
-}
-
-// clamp bounds a remote cooling deadline to the class's max cooldown plus
-// the skew tolerance, so a peer with a clock far ahead cannot park an
-// upstream for longer than this instance's policy allows.
-func (c *Cluster) clamp(rs health.RemoteState) health.RemoteState {
-	if rs.State != health.Cooling {
-		return rs
-	}
-	limit := time.Now().Add(c.tr.Policy().For(rs.Reason).Max + c.cfg.MaxClockSkew)
-	if rs.Until.After(limit) {
-		rs.Until = limit
-	}
-	return rs
 }
 
 // subscribe applies records published by other instances. go-redis

@@ -113,18 +113,6 @@ func (r record) remote() (rs health.RemoteState, ok bool) {
 // every instance: the instance that made the transition.
 func instanceSuffix(inst string) string { return " (instance " + inst + ")" }
 
-// settled reports whether r makes a probe needless at now: a probe passed
-// (eligible), an operator disabled it, or a cooldown still runs.
-func (r record) settled(now time.Time) bool {
-	switch r.State {
-	case "eligible", "disabled":
-		return true
-	case "cooling":
-		return r.Until > now.UnixMilli()
-	}
-	return false
-}
-
 func decodeRecord(s string) (record, error) {
 	var r record
 	err := json.Unmarshal([]byte(s), &r)
