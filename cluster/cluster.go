@@ -73,6 +73,9 @@ type Cluster struct {
 	// downEvery is how often a warning about an outage Redis itself
 	// causes (a wrong password) is repeated while it lasts: a minute.
 	downEvery time.Duration
+	// pwFrom is where the Redis password comes from, for the warning
+	// about a password Redis rejects (down.go).
+	pwFrom passwordFrom
 
 	ctx    context.Context // cancelled by Close: ends every goroutine below
 	cancel context.CancelFunc
@@ -124,8 +127,13 @@ func New(cfg Config, tr Tracker, log zerolog.Logger) (*Cluster, error) {
 	if err != nil {
 		return nil, errors.New("cluster.redis: invalid URL")
 	}
-	if cfg.RedisPasswordEnv != "" {
+	pwFrom := passwordFromNone
+	switch {
+	case cfg.RedisPasswordEnv != "":
 		opt.Password = os.Getenv(cfg.RedisPasswordEnv)
+		pwFrom = passwordFromEnv
+	case opt.Password != "":
+		pwFrom = passwordFromURL
 	}
 	opt.ClientName = "rotor-" + cfg.Instance
 	opt.DialTimeout, opt.ReadTimeout, opt.WriteTimeout = opTimeout, opTimeout, opTimeout
@@ -151,6 +159,7 @@ func New(cfg Config, tr Tracker, log zerolog.Logger) (*Cluster, error) {
 		sessPending: map[string]sessBind{},
 		kick:        make(chan struct{}, 1),
 		downEvery:   time.Minute,
+		pwFrom:      pwFrom,
 		pending:     map[string][]health.RemoteState{},
 		writing:     map[string]bool{},
 		held:        map[string]record{},
