@@ -22,7 +22,7 @@ import (
 // Tracker is what the cluster needs from health.Tracker.
 type Tracker interface {
 	ApplyRemote(key string, rs health.RemoteState) bool
-	SetHistory(key string, h []health.Transition) bool
+	SetHistory(key string, h []health.Transition, bound int) bool
 	Shared(key string) (health.RemoteState, bool)
 	Policy() health.Policy
 	Records() []*health.Record
@@ -380,6 +380,7 @@ func (c *Cluster) consider(rec record, force bool) {
 		return
 	}
 	rs = c.clamp(rs)
+	rs.HistoryBound = c.cfg.History
 	c.tr.ApplyRemote(rec.Key, rs)
 }
 
@@ -637,7 +638,7 @@ func (c *Cluster) applied(rec record) {
 	// The shared history now holds this transition among the others':
 	// list the same one here as on every instance.
 	if shared, ok := rec.remote(); ok {
-		c.tr.SetHistory(rec.Key, shared.History)
+		c.tr.SetHistory(rec.Key, shared.History, c.cfg.History)
 	}
 }
 

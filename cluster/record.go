@@ -134,7 +134,8 @@ func decodeRecord(s string) (record, error) {
 //     action wins whatever the state's time; an older one does not.
 //   - While an operator action holds the upstream disabled, nothing else
 //     ends it: an automatic transition (a probe, a failure) never wins over
-//     it, whatever its time, and is not added to the history either.
+//     it, whatever its time, and is not added to the history either
+//     unless it was made before the disable.
 //   - Otherwise the transition that is not older wins (time, then
 //     instance name).
 //
@@ -202,7 +203,10 @@ local function merge(seed)
     else
       win = newer
     end
-    keep = seed or win or isop or not opdis
+    -- An automatic transition made before the disable took effect
+    -- before it: history, whichever reached Redis first (the filter
+    -- below keeps the same entries).
+    keep = seed or win or isop or not opdis or num(new.at) <= num(cur.opat)
     opnewer = op > 0
     if not win then rec = cur end
     if op > 0 then
