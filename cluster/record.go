@@ -132,6 +132,9 @@ func decodeRecord(s string) (record, error) {
 //     actions, by their stamp (opat, opinst: time, then instance name). The
 //     record keeps the stamp of the newest one it knows. A newer operator
 //     action wins whatever the state's time; an older one does not.
+//   - An enable that wins over an eligible record leaves it eligible (its
+//     history entry goes from eligible to eligible): only the order of
+//     operator actions changes.
 //   - While an operator action holds the upstream disabled, nothing else
 //     ends it: an automatic transition (a probe, a failure) never wins over
 //     it, whatever its time, and is not added to the history either
@@ -209,6 +212,15 @@ local function merge(seed)
     keep = seed or win or isop or not opdis or num(new.at) <= num(cur.opat)
     opnewer = op > 0
     if not win then rec = cur end
+    -- An enable that wins over an eligible record leaves it eligible:
+    -- enabling a serving upstream changes nothing but the order of
+    -- operator actions (opat) and the history, which says so. (Such an
+    -- enable was dropped by the instance that saw the record eligible,
+    -- and an older disable from another instance won.)
+    if win and isop and new.state == 'probe_allowed' and cur.state == 'eligible' then
+      rec = cur
+      if not seed then entries[1].from, entries[1].to = 'eligible', 'eligible' end
+    end
     if op > 0 then
       rec.opat, rec.opinst = new.opat, new.opinst
     else
