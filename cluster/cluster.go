@@ -22,7 +22,7 @@ import (
 // Tracker is what the cluster needs from health.Tracker.
 type Tracker interface {
 	ApplyRemote(key string, rs health.RemoteState) bool
-	SetHistory(key string, h []health.Transition) bool
+	SetHistory(key string, h []health.Transition, bound int) bool
 	Shared(key string) (health.RemoteState, bool)
 	Policy() health.Policy
 	Records() []*health.Record
@@ -73,6 +73,9 @@ type Cluster struct {
 	// downEvery is how often a warning about an outage Redis itself
 	// causes (a wrong password) is repeated while it lasts: a minute.
 	downEvery time.Duration
+	// pwFrom is where the Redis password comes from, for the warning
+	// about a password Redis rejects (down.go).
+	pwFrom passwordFrom
 
 	ctx    context.Context // cancelled by Close: ends every goroutine below
 	cancel context.CancelFunc
@@ -101,6 +104,10 @@ type Cluster struct {
 	downLog  downLog          // what the outage's last warning said, and when (down.go)
 	freshAt  time.Time        // last (re)connection or new Redis generation
 	started  bool
+
+	// clamps holds the clamped end of the last remote cooling clamped,
+	// per key (clamp).
+	clamps map[string]clampNote
 }
 
 var (
@@ -120,8 +127,13 @@ func New(cfg Config, tr Tracker, log zerolog.Logger) (*Cluster, error) {
 	if err != nil {
 		return nil, errors.New("cluster.redis: invalid URL")
 	}
-	if cfg.RedisPasswordEnv != "" {
+	pwFrom := passwordFromNone
+	switch {
+	case cfg.RedisPasswordEnv != "":
 		opt.Password = os.Getenv(cfg.RedisPasswordEnv)
+		pwFrom = passwordFromEnv
+	case opt.Password != "":
+		pwFrom = passwordFromURL
 	}
 	opt.ClientName = "rotor-" + cfg.Instance
 	opt.DialTimeout, opt.ReadTimeout, opt.WriteTimeout = opTimeout, opTimeout, opTimeout
@@ -147,11 +159,13 @@ func New(cfg Config, tr Tracker, log zerolog.Logger) (*Cluster, error) {
 		sessPending: map[string]sessBind{},
 		kick:        make(chan struct{}, 1),
 		downEvery:   time.Minute,
+		pwFrom:      pwFrom,
 		pending:     map[string][]health.RemoteState{},
 		writing:     map[string]bool{},
 		held:        map[string]record{},
 		seen:        map[string]int64{},
 		ops:         map[string]stamp{},
+		clamps:      map[string]clampNote{},
 	}
 	opt.Dialer = c.recordDial(redis.NewDialer(opt))
 	c.rdb = redis.NewClient(opt)
@@ -284,7 +298,7 @@ func (c *Cluster) TryProbe(key string) (func(), bool) {
 	}
 	raw, err := c.rdb.Get(ctx, c.recPrefix+key).Result()
 	if err == nil {
-		if rec, derr := decodeRecord(raw); derr == nil && rec.settled(time.Now()) {
+		if rec, derr := decodeRecord(raw); derr == nil && c.settled(rec, time.Now()) {
 			_, _ = releaseScript.Run(ctx, c.rdb, []string{lk}, c.tok).Result()
 			c.consider(rec, true)
 			return nil, false
@@ -366,6 +380,7 @@ func (c *Cluster) consider(rec record, force bool) {
 		return
 	}
 	rs = c.clamp(rs)
+	rs.HistoryBound = c.cfg.History
 	c.tr.ApplyRemote(rec.Key, rs)
 }
 
@@ -387,20 +402,6 @@ func (c *Cluster) noteOp(rec record) {
 	if s := (stamp{rec.OpAt, rec.OpInst}); s.at != 0 && s.after(c.ops[rec.Key]) {
 		c.ops[rec.Key] = s
 	}
-}
-
-// clamp bounds a remote cooling deadline to the class's max cooldown plus
-// the skew tolerance, so a peer with a clock far ahead cannot park an
-// upstream for longer than this instance's policy allows.
-func (c *Cluster) clamp(rs health.RemoteState) health.RemoteState {
-	if rs.State != health.Cooling {
-		return rs
-	}
-	limit := time.Now().Add(c.tr.Policy().For(rs.Reason).Max + c.cfg.MaxClockSkew)
-	if rs.Until.After(limit) {
-		rs.Until = limit
-	}
-	return rs
 }
 
 // subscribe applies records published by other instances. go-redis
@@ -637,7 +638,7 @@ func (c *Cluster) applied(rec record) {
 	// The shared history now holds this transition among the others':
 	// list the same one here as on every instance.
 	if shared, ok := rec.remote(); ok {
-		c.tr.SetHistory(rec.Key, shared.History)
+		c.tr.SetHistory(rec.Key, shared.History, c.cfg.History)
 	}
 }
 

@@ -30,6 +30,15 @@ const (
 	downRefused              // another error reply
 )
 
+// passwordFrom is where this instance's Redis password comes from.
+type passwordFrom int
+
+const (
+	passwordFromNone passwordFrom = iota // no password is sent
+	passwordFromURL                      // the userinfo of cluster.redis
+	passwordFromEnv                      // the variable cluster.redis_password_env names
+)
+
 // downLog is the outage's last warning (Cluster.mu guards it).
 type downLog struct {
 	kind downKind
@@ -80,7 +89,18 @@ func (c *Cluster) setDown(err error) {
 	}
 	switch kind {
 	case downAuth:
-		c.log.Warn().Err(err).Msg("redis rejected this instance's password (check the variable redis_password_env names): serving and probing on the local view")
+		// The hint names where the password comes from (bug: it named
+		// redis_password_env for a password in the URL too); never the
+		// password itself.
+		switch c.pwFrom {
+		case passwordFromEnv:
+			c.log.Warn().Err(err).Str("redis_password_env", c.cfg.RedisPasswordEnv).
+				Msg("redis rejected this instance's password (check the variable redis_password_env names): serving and probing on the local view")
+		case passwordFromURL:
+			c.log.Warn().Err(err).Msg("redis rejected this instance's password (check the password in the cluster.redis URL): serving and probing on the local view")
+		default:
+			c.log.Warn().Err(err).Msg("redis rejected this instance's password (none is set: set redis_password_env, or a password in the cluster.redis URL): serving and probing on the local view")
+		}
 	case downRefused:
 		c.log.Warn().Err(err).Msg("redis refused this instance: serving and probing on the local view")
 	default:

@@ -49,6 +49,9 @@ func TestClusterOperatorDisableHolds(t *testing.T) {
 		{"newest automatic transition wins otherwise", []step{cooled("a", 10), passed("b", 5)}, health.Cooling},
 		{"permanent_after is not an operator disable", []step{permanent("a", 0), passed("b", 10)}, health.Eligible},
 		{"an eligible at stage operator does not end a disable", []step{disable("a", 0), revived("b", 10)}, health.Disabled},
+		{"an enable of an eligible record leaves it eligible", []step{passed("a", 0), enable("b", 10)}, health.Eligible},
+		{"an enable of an eligible record beats an older disable", []step{passed("a", 0), enable("b", 20), disable("a", 10)}, health.Eligible},
+		{"an enable of a cooling record ends the cooldown", []step{cooled("a", 0), enable("b", 10)}, health.ProbeAllowed},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rd := clustertest.Start(t)

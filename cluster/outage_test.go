@@ -149,3 +149,65 @@ func TestClusterMergedOwnRecordApplied(t *testing.T) {
 		return len(trB.Snapshot(trB.Lookup("k")).History) == 2
 	})
 }
+
+// TestClusterOutageEnableOfEligibleWins is the tester's repro: during an
+// outage b disables k and, a moment later, c, which sees k eligible,
+// enables it; when Redis returns the newer operator action, c's enable,
+// wins on every instance (with Redis's data or empty), and the shared
+// history lists both. Bug: c's enable of an eligible record changed
+// nothing and queued nothing, so b's disable won fleet-wide.
+func TestClusterOutageEnableOfEligibleWins(t *testing.T) {
+	for _, empty := range []bool{false, true} {
+		t.Run(map[bool]string{false: "with its data", true: "empty"}[empty], func(t *testing.T) {
+			rd := clustertest.Start(t)
+			cfg := Config{Resync: time.Second}
+			a, trA := newMember(t, rd, "a", cfg)
+			b, trB := newMember(t, rd, "b", cfg)
+			c, trC := newMember(t, rd, "c", cfg)
+			probePassed(t, a)
+			for _, tr := range []*health.Tracker{trB, trC} {
+				waitUntil(t, 3*time.Second, "the shared eligible everywhere", func() bool {
+					return len(tr.Snapshot(tr.Lookup("k")).History) == 1
+				})
+			}
+			if !empty {
+				if got := rd.Do("SAVE"); got != "+OK" {
+					t.Fatalf("SAVE: %s", got)
+				}
+			}
+			rd.Stop()
+			for _, m := range []*Cluster{a, b, c} {
+				waitUntil(t, 5*time.Second, m.Instance()+" notices the outage", func() bool { return !m.Connected() })
+			}
+			trB.Disable(trB.Lookup("k"), "disabled via admin API")
+			time.Sleep(5 * time.Millisecond) // a later millisecond stamp
+			trC.Enable(trC.Lookup("k"))
+			if s := stateOf(trC); s != health.Eligible {
+				t.Fatalf("c after its enable: %v, want eligible (unchanged)", s)
+			}
+
+			rd.Start()
+			trackers := map[string]*health.Tracker{"a": trA, "b": trB, "c": trC}
+			waitUntil(t, 10*time.Second, "the enable and the disable in redis", func() bool {
+				rec := storedRecord(t, rd)
+				return histHas(rec, "enabled by operator") && histHas(rec, "disabled via admin API")
+			})
+			for name, tr := range trackers {
+				waitUntil(t, 10*time.Second, name+" applies the enable", func() bool {
+					s := tr.Snapshot(tr.Lookup("k"))
+					return s.State != health.Disabled && len(s.History) == len(storedRecord(t, rd).Hist)
+				})
+			}
+			// A resync later, nothing went back to the disable.
+			time.Sleep(1500 * time.Millisecond)
+			if rec := storedRecord(t, rd); rec.State == "disabled" {
+				t.Errorf("redis holds %s by %s, want c's enable to have won", rec.State, rec.Inst)
+			}
+			for name, tr := range trackers {
+				if s := stateOf(tr); s == health.Disabled {
+					t.Errorf("%s: %v, want the enable to have won", name, s)
+				}
+			}
+		})
+	}
+}

@@ -113,18 +113,6 @@ func (r record) remote() (rs health.RemoteState, ok bool) {
 // every instance: the instance that made the transition.
 func instanceSuffix(inst string) string { return " (instance " + inst + ")" }
 
-// settled reports whether r makes a probe needless at now: a probe passed
-// (eligible), an operator disabled it, or a cooldown still runs.
-func (r record) settled(now time.Time) bool {
-	switch r.State {
-	case "eligible", "disabled":
-		return true
-	case "cooling":
-		return r.Until > now.UnixMilli()
-	}
-	return false
-}
-
 func decodeRecord(s string) (record, error) {
 	var r record
 	err := json.Unmarshal([]byte(s), &r)
@@ -144,9 +132,13 @@ func decodeRecord(s string) (record, error) {
 //     actions, by their stamp (opat, opinst: time, then instance name). The
 //     record keeps the stamp of the newest one it knows. A newer operator
 //     action wins whatever the state's time; an older one does not.
+//   - An enable that wins over an eligible record leaves it eligible (its
+//     history entry goes from eligible to eligible): only the order of
+//     operator actions changes.
 //   - While an operator action holds the upstream disabled, nothing else
 //     ends it: an automatic transition (a probe, a failure) never wins over
-//     it, whatever its time, and is not added to the history either.
+//     it, whatever its time, and is not added to the history either
+//     unless it was made before the disable.
 //   - Otherwise the transition that is not older wins (time, then
 //     instance name).
 //
@@ -214,9 +206,21 @@ local function merge(seed)
     else
       win = newer
     end
-    keep = seed or win or isop or not opdis
+    -- An automatic transition made before the disable took effect
+    -- before it: history, whichever reached Redis first (the filter
+    -- below keeps the same entries).
+    keep = seed or win or isop or not opdis or num(new.at) <= num(cur.opat)
     opnewer = op > 0
     if not win then rec = cur end
+    -- An enable that wins over an eligible record leaves it eligible:
+    -- enabling a serving upstream changes nothing but the order of
+    -- operator actions (opat) and the history, which says so. (Such an
+    -- enable was dropped by the instance that saw the record eligible,
+    -- and an older disable from another instance won.)
+    if win and isop and new.state == 'probe_allowed' and cur.state == 'eligible' then
+      rec = cur
+      if not seed then entries[1].from, entries[1].to = 'eligible', 'eligible' end
+    end
     if op > 0 then
       rec.opat, rec.opinst = new.opat, new.opinst
     else

@@ -49,13 +49,21 @@ func seedRecord(rs health.RemoteState, self, tok string, op stamp) record {
 		} else {
 			e.Detail = strings.TrimSuffix(e.Detail, instanceSuffix(e.Inst))
 		}
-		if s := (stamp{e.At, e.Inst}); operatorAction(h.To, h.Stage) && s.after(op) {
+		if s := (stamp{e.At, e.Inst}); (operatorAction(h.To, h.Stage) || enableEntry(h)) && s.after(op) {
 			op = s
 		}
 		r.Hist = append(r.Hist, e)
 	}
 	r.OpAt, r.OpInst = op.at, op.inst
 	return r
+}
+
+// enableEntry reports whether h is an operator's enable that changed no
+// state (from eligible or probe_allowed to the same: health's
+// enabledHere, or writeScript keeping an eligible record eligible).
+func enableEntry(h health.Transition) bool {
+	return h.Stage == health.StageOperator && h.Reason == health.Operator && h.From == h.To &&
+		(h.To == health.Eligible || h.To == health.ProbeAllowed)
 }
 
 // seedItem is a record to put back: its key and what Redis holds for it

@@ -280,3 +280,20 @@ func disableSeen(t *testing.T, from, other *health.Tracker) {
 	from.Disable(from.Lookup("k"), "disabled via admin API")
 	waitUntil(t, 3*time.Second, "the disable seen by the other instance", func() bool { return stateOf(other) == health.Disabled })
 }
+
+// TestSeedRecordStampsEnableEntry: an operator's enable that changed no
+// state (eligible to eligible) in the history being put back is the
+// newest operator action the seed knows, even when this process never
+// published it (a restart with a state file): an older disable elsewhere
+// must not win over it.
+func TestSeedRecordStampsEnableEntry(t *testing.T) {
+	at := time.UnixMilli(time.Now().UnixMilli())
+	rs := health.RemoteState{Key: "k", State: health.Eligible, From: health.Eligible, Reason: health.Operator,
+		Stage: health.StageOperator, Detail: "enabled by operator", At: at,
+		History: []health.Transition{{At: at, From: health.Eligible, To: health.Eligible, Reason: health.Operator,
+			Stage: health.StageOperator, Detail: "enabled by operator"}}}
+	r := seedRecord(rs, "c", "c/1", stamp{})
+	if r.OpAt != at.UnixMilli() || r.OpInst != "c" {
+		t.Errorf("seed stamped %d by %q, want the enable's %d by c", r.OpAt, r.OpInst, at.UnixMilli())
+	}
+}

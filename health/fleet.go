@@ -48,8 +48,20 @@ type RemoteState struct {
 	// disable only when OpAt is after that disable (ApplyRemote).
 	OpAt time.Time
 	// History, when non-empty, replaces the record's history (the fleet's
-	// shared recent history, oldest first; bounded by Config.HistoryLen).
+	// shared recent history, oldest first; bounded by Config.HistoryLen),
+	// but for what the store lost (HistoryBound).
 	History []Transition
+	// HistoryBound is how many entries the store's history holds at most
+	// (0: History is taken whole). A History with fewer entries than that,
+	// lacking entries of this record that came from the store (Instance
+	// set) and are older than History's oldest, lost them: a store that
+	// restarted empty holds only what was written since. Those entries are
+	// kept before History (HistoryBound in all), so that the instance puts
+	// them back (Shared). Bug: an instance's own first write into an empty
+	// store, or another's applied first, replaced the history with that
+	// one entry before it was put back, and the history from before the
+	// outage was gone fleet-wide.
+	HistoryBound int
 }
 
 // FleetHook receives the local transitions to share. Publish is called
@@ -247,8 +259,9 @@ func (t *Tracker) ApplyRemote(key string, rs RemoteState) bool {
 		r.opAt = wall(rs.At)
 	}
 	if len(rs.History) > 0 {
-		r.hist.replace(rs.History)
-		r.showLastFailure(rs.History)
+		h := keepLost(r.hist.list(), rs.History, rs.HistoryBound)
+		r.hist.replace(h)
+		r.showLastFailure(h)
 	}
 	r.mu.Unlock()
 	t.version.Add(1)
@@ -318,15 +331,17 @@ func (t *Tracker) probeDeferred(q queued, retry time.Duration) {
 // SetHistory replaces the history of the record key with h (the fleet's
 // shared history, oldest first, bounded by Config.HistoryLen), after this
 // instance's own transition was written to the shared record, so that
-// every instance lists the same history. It reports whether the record
-// exists.
-func (t *Tracker) SetHistory(key string, h []Transition) bool {
+// every instance lists the same history; bound is the store's bound on it
+// (RemoteState.HistoryBound: entries the store lost are kept). It reports
+// whether the record exists.
+func (t *Tracker) SetHistory(key string, h []Transition, bound int) bool {
 	r := t.Lookup(key)
 	if r == nil || len(h) == 0 {
 		return r != nil
 	}
 	r.mu.Lock()
 	if !r.removed {
+		h = keepLost(r.hist.list(), h, bound)
 		r.hist.replace(h)
 		r.showLastFailure(h)
 	}

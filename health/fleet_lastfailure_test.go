@@ -65,7 +65,7 @@ func TestFleetEligibleShowsSharedLastFailure(t *testing.T) {
 					t.Fatalf("a published %+v, want it to end eligible", pub)
 				}
 				hist := sharedHistory(pub, "a")
-				a.SetHistory("k", hist) // after a's own write, as package cluster does
+				a.SetHistory("k", hist, 0) // after a's own write, as package cluster does
 
 				var others []*Tracker
 				for range 2 {

@@ -27,9 +27,12 @@ func (t *Tracker) logChange(c change) {
 	if c.err != nil {
 		ev = ev.Err(c.err)
 	}
-	if c.tr.Target != "" {
+	switch {
+	case c.tr.Target != "":
 		ev.Str("target", c.tr.Target).Msg("upstream cooled for target")
-		return
+	case c.tr.From == c.tr.To:
+		ev.Msg("upstream enable recorded, state unchanged") // enabledHere
+	default:
+		ev.Msg("upstream state changed")
 	}
-	ev.Msg("upstream state changed")
 }

@@ -443,7 +443,8 @@ func (t *Tracker) disable(r *Record, detail string, byConfig bool) {
 // the permanent_after runs (an operator asked for a fresh try) but not the
 // cooldown streak (no probe has passed yet). Enabling a probe_allowed
 // record makes sure a probe of it is queued when none runs, and is no
-// transition; enabling an eligible record changes nothing.
+// transition; enabling an eligible record changes nothing. In fleet mode
+// either is still an operator action the fleet must know (enabledHere).
 func (t *Tracker) Enable(r *Record) { t.enable(r, "enabled by operator", false) }
 
 // CredentialsChanged tells the tracker that r's upstream credentials were
@@ -475,13 +476,21 @@ func (t *Tracker) enable(r *Record, detail string, creds bool) {
 			// probe in flight is stale (runProbe drops its result) and
 			// its end queues one for the new epoch (ensureProbe).
 			r.epoch++
+		} else {
+			t.enabledHere(r, now, detail, &e)
 		}
 	case s == ProbeAllowed:
 		// A probe of r should be queued already (it will dial with
 		// the current credentials); make sure of it. A duplicate item
 		// is dropped by claimProbe.
 		e.items = append(e.items, item{at: now, rec: r, epoch: r.epoch, kind: kindProbe})
+		if !creds {
+			t.enabledHere(r, now, detail, &e)
+		}
 	case s != Disabled && s != Cooling:
+		if !creds {
+			t.enabledHere(r, now, detail, &e)
+		}
 	case creds && (r.reason != AuthRejected || r.configDisabled):
 	default:
 		r.consec = [numClasses]int{}
@@ -493,6 +502,26 @@ func (t *Tracker) enable(r *Record, detail string, creds bool) {
 	}
 	r.mu.Unlock()
 	t.apply(&e)
+}
+
+// enabledHere records, in fleet mode, an operator's enable of r that
+// changes no state here (r is eligible or probe_allowed): a history entry
+// from its state to the same, and an enable for the fleet (State
+// ProbeAllowed, stage operator, From r's state), so that it is ordered
+// among operator actions and ends a disable made on another instance, one
+// made during a Redis outage included. The fleet's store keeps an
+// eligible record eligible (package cluster). Bug: such an enable was
+// dropped, and a disable made elsewhere before it won when Redis
+// returned. Caller holds r.mu.
+func (t *Tracker) enabledHere(r *Record, now time.Time, detail string, e *effects) {
+	if t.fleet.Load() == nil || e.remote {
+		return
+	}
+	cur := State(r.state.Load())
+	tr := Transition{At: wall(now), From: cur, To: cur, Reason: Operator, Stage: StageOperator, Detail: truncate(detail, maxDetail)}
+	r.hist.add(tr)
+	t.post(change{name: r.name, tr: tr, shared: &RemoteState{Key: r.key, State: ProbeAllowed, From: cur,
+		Reason: Operator, Stage: StageOperator, Detail: tr.Detail, Streak: r.streak, At: tr.At}}, e)
 }
 
 // Eligible reports whether r may receive client traffic now. Lock-free. It
