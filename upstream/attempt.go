@@ -330,8 +330,15 @@ func canonicalTarget(addr, host string, port uint16) string {
 	return net.JoinHostPort(lower, strconv.Itoa(int(port)))
 }
 
-// List returns the failed attempts so far.
+// List returns the failed attempts so far. An endpoint whose answer was
+// retried for its status (pool.retry_statuses) did not fail and is not in
+// it: Tried counts it.
 func (a *Attempts) List() []Attempt { return a.list }
+
+// Tried returns how many endpoints Next returned for this request: every
+// attempt made, failed, retried for its answer's status, neutral or the
+// one that served (each counts as one of pool.max_attempts).
+func (a *Attempts) Tried() int { return len(a.tried) }
 
 // Next returns the next endpoint to try, counted as active (release it with
 // Release or through a Lease). Every endpoint it returns counts as one of
