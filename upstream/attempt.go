@@ -87,6 +87,22 @@ type Request struct {
 	Tags []string
 	// Session is a sticky-session id ("" for none).
 	Session string
+	// User is the client's base user name ("" for none): sessions are
+	// per user (see SessionID), so that one tenant reusing another's id
+	// (1, job_1) neither pins nor moves the other's exit.
+	User string
+}
+
+// SessionID returns the key the sticky session id of client user is kept
+// under, here and in the fleet's store: user-session-id, the username
+// form without tags, which stays readable and is unambiguous because the
+// id holds no "-" (the username's separator); the id alone when user is
+// empty, "" when id is.
+func SessionID(user, id string) string {
+	if id == "" || user == "" {
+		return id
+	}
+	return user + "-session-" + id
 }
 
 // Host returns the target host without port.
@@ -212,7 +228,7 @@ func (p *Pool) Dial(ctx context.Context, req Request) (*Lease, error) {
 		if err == nil {
 			a.succeeded(e, true)
 			return &Lease{Conn: conn, Endpoint: e, Attempts: a.list, Setup: p.clock.Now().Sub(start), pool: p,
-				epoch: p.tr.Epoch(e.rec), key: a.key, session: req.Session}, nil
+				epoch: p.tr.Epoch(e.rec), key: a.key, session: a.sess}, nil
 		}
 		if stop := a.Failed(ctx, e, err); stop != nil {
 			return nil, stop
@@ -247,8 +263,10 @@ type Attempts struct {
 	invalid error
 	// tagKey names req.Tags' set (see tagSet).
 	tagKey string
-	list   []Attempt
-	tried  []*Endpoint
+	// sess is the request's session key (SessionID; "" for none).
+	sess  string
+	list  []Attempt
+	tried []*Endpoint
 	// rateWait is the shortest time until a rate-limited endpoint refused
 	// by the last pick has a token again (0: none was).
 	rateWait  time.Duration
@@ -291,7 +309,8 @@ func (a *Attempts) flushSlow() {
 // picked: the client's fault, reported to no record.
 func (p *Pool) NewAttempts(req Request) *Attempts {
 	cfg := p.Config()
-	a := &Attempts{p: p, cfg: cfg, req: req, host: req.Host(), tagKey: tagKey(req.Tags), tried: make([]*Endpoint, 0, cfg.MaxAttempts)}
+	a := &Attempts{p: p, cfg: cfg, req: req, host: req.Host(), tagKey: tagKey(req.Tags), sess: SessionID(req.User, req.Session),
+		tried: make([]*Endpoint, 0, cfg.MaxAttempts)}
 	host, port, err := checkTarget(req.Addr)
 	if err != nil {
 		a.invalid = &health.Failure{Class: health.TargetUnreachable, Stage: health.StageTargetConnect, Err: err}
@@ -602,12 +621,16 @@ func (a *Attempts) Answered(e *Endpoint) {
 }
 
 func (a *Attempts) bindSession(e *Endpoint, hold bool) {
-	from, moved, report := a.p.sessions.bind(a.req.Session, e, hold)
+	from, moved, report := a.p.sessions.bind(a.sess, e, hold)
 	if moved {
-		a.p.log.Info().Str("session", a.req.Session).Str("from", from).Str("to", e.Name).Msg("session moved")
+		ev := a.p.log.Info().Str("session", a.req.Session).Str("from", from).Str("to", e.Name)
+		if a.req.User != "" {
+			ev = ev.Str("user", a.req.User) // the session's owner: ids are per user
+		}
+		ev.Msg("session moved")
 	}
 	if report && a.p.fleet != nil {
-		a.p.fleet.SessionBound(a.req.Session, e.Key, a.p.sessions.ttl())
+		a.p.fleet.SessionBound(a.sess, e.Key, a.p.sessions.ttl())
 	}
 }
 
@@ -724,7 +747,7 @@ func (e *Endpoint) DialContext(ctx context.Context, network, addr string) (net.C
 func (p *Pool) pick(a *Attempts) *Endpoint {
 	s := p.set.Load()
 	st := p.settings.Load().strategy
-	id := a.req.Session
+	id := a.sess
 	if id == "" {
 		return st.pick(s, a)
 	}
