@@ -40,7 +40,7 @@ type NoEligibleError struct {
 }
 
 func (e *NoEligibleError) Error() string {
-	tags := strings.Join(e.Tags, ",")
+	tags := quoteTags(e.Tags)
 	if len(e.Tags) > 0 && e.Matching == 0 {
 		return "no eligible upstream: no upstream has tags " + tags
 	}
@@ -74,6 +74,18 @@ func (e *NoEligibleError) Error() string {
 		return fmt.Sprintf("no eligible upstream: %d of %s are eligible but at their %s, the rest are out", busy, what, limit)
 	}
 	return fmt.Sprintf("no eligible upstream: none of %s is eligible", what)
+}
+
+// quoteTags lists tags quoted ("us", "residential"): a tag with a
+// trailing space or a case the upstreams do not use ("us ", "US") reads
+// as itself, not as a tag that does not exist, and a client's control
+// bytes are escaped.
+func quoteTags(tags []string) string {
+	q := make([]string, len(tags))
+	for i, t := range tags {
+		q[i] = strconv.Quote(t)
+	}
+	return strings.Join(q, ", ")
 }
 
 // Is makes errors.Is(err, ErrNoEligible) true.
