@@ -11,6 +11,7 @@ import (
 
 	"github.com/rotor-proxy/rotor/cluster/clustertest"
 	"github.com/rotor-proxy/rotor/health"
+	"github.com/rotor-proxy/rotor/upstream"
 	"github.com/rotor-proxy/rotor/upstream/upstreamtest"
 )
 
@@ -147,12 +148,13 @@ func sessionGet(t *testing.T, f *shareFleet, m *fleetMember, id string) string {
 	return resp.Header.Get("X-Rotor-Upstream")
 }
 
-// waitSession waits until m holds session id bound to upstream name.
+// waitSession waits until m holds session id of user scraper (sessionGet's)
+// bound to upstream name.
 func waitSession(t *testing.T, m *fleetMember, id, name string) {
 	t.Helper()
 	key := m.srv.Pool().Lookup(name).Key
 	fleetWait(t, 5*time.Second, m.name+" to hold session "+id+" on "+name, func() bool {
-		return m.srv.Pool().SessionKey(id) == key
+		return m.srv.Pool().SessionKey(upstream.SessionID("scraper", id)) == key
 	})
 }
 
@@ -194,8 +196,9 @@ func TestFleetSharedSession(t *testing.T) {
 		}
 	}
 
-	// Sessions are stored in Redis with the session TTL (10m default).
-	if v := f.redis.Do("GET", "rotor:sess:fleet1"); v != b.srv.Pool().Lookup(moved).Key {
+	// Sessions are stored in Redis with the session TTL (10m default),
+	// under the client user's name and the id.
+	if v := f.redis.Do("GET", "rotor:sess:scraper-session-fleet1"); v != b.srv.Pool().Lookup(moved).Key {
 		t.Errorf("stored session %q, want %s's key", v, moved)
 	}
 }

@@ -137,7 +137,7 @@ type SlowBodyConfig struct {
 // TargetHTTPErrorConfig is the [target_http_error] table.
 type TargetHTTPErrorConfig struct {
 	// Statuses on plain-HTTP responses that count against the upstream.
-	// Default [403, 429, 503].
+	// 300-599 (a success is never a ban). Default [403, 429, 503].
 	Statuses []int `toml:"statuses"`
 	// Scope is "target" (default) or "upstream".
 	Scope string `toml:"scope"`
@@ -568,8 +568,11 @@ func (c *Config) validate() ConfigErrors {
 		}
 	}
 	for _, st := range c.TargetHTTPError.Statuses {
-		if st < 100 || st > 599 {
+		switch {
+		case st < 100 || st > 599:
 			add(c.lines.key(toml.Key{"target_http_error", "statuses"}), "target_http_error.statuses: %d is not an HTTP status", st)
+		case st < 300: // 200 counted every answer as a ban
+			add(c.lines.key(toml.Key{"target_http_error", "statuses"}), "target_http_error.statuses: %d is an interim or success status, not a ban (want 300-599)", st)
 		}
 	}
 	errs = append(errs, c.keyErrors(c.Cluster.Validate(), c.lines.table("cluster"))...)

@@ -243,7 +243,7 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 		}
 	}
 
-	req := upstream.Request{Addr: addr, Tags: params.Tags, Session: params.Session}
+	req := upstream.Request{Addr: addr, Tags: params.Tags, Session: params.Session, User: params.User}
 	att := s.pool.NewAttempts(req)
 	if idempotent(r.Method) && big == nil {
 		att.Replayable() // a slow answer gets a second opinion (see Attempts.Replayable)

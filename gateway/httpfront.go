@@ -160,7 +160,7 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request, params use
 		s.logTunnel(id, "http", nil, params.User, logTarget(addr), nil, badTargetError(msg), relayResult{}, start, r.RemoteAddr)
 		return
 	}
-	req := upstream.Request{Addr: addr, Tags: params.Tags, Session: params.Session}
+	req := upstream.Request{Addr: addr, Tags: params.Tags, Session: params.Session, User: params.User}
 	ctx, cancel := context.WithCancel(r.Context())
 	lease, err := s.pool.Dial(ctx, req)
 	cancel()

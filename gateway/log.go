@@ -191,7 +191,7 @@ func (s *Server) logForward(id uint64, r *http.Request, user string, e *upstream
 	}
 	ev = ev.Uint64("conn_id", id).Str("listener", "http").Str("client", r.RemoteAddr).Str("target", r.URL.Host).
 		Str("method", r.Method).Dur("dur", time.Since(start)).Str("outcome", outcome).
-		Int("attempts", attemptCount(att)+boolInt(e != nil)).Int64("bytes_up", up).Int64("bytes_down", n)
+		Int("attempts", attemptCount(att)).Int64("bytes_up", up).Int64("bytes_down", n)
 	if user != "" {
 		ev = ev.Str("user", user)
 	}
@@ -207,19 +207,16 @@ func (s *Server) logForward(id uint64, r *http.Request, user string, e *upstream
 	ev.Msg("request forwarded")
 }
 
-// attemptCount is the number of failed attempts in att (nil: none were made).
+// attemptCount is the number of upstreams att tried, the one that
+// answered and those retried for their status included (nil: none were
+// made). Counting the failed attempts alone, plus one for the answer,
+// logged 1 for a request that m1 and m2 answered with a retry status and
+// m3 served.
 func attemptCount(att *upstream.Attempts) int {
 	if att == nil {
 		return 0
 	}
-	return len(att.List())
-}
-
-func boolInt(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
+	return att.Tried()
 }
 
 // httpErrorLog routes net/http's own error lines (TLS noise, malformed

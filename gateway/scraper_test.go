@@ -191,7 +191,7 @@ func TestScraperTagsRestrict(t *testing.T) {
 		if resp.StatusCode != http.StatusServiceUnavailable || !strings.HasPrefix(resp.Header.Get("X-Rotor-Error"), "unavailable") {
 			t.Errorf("got %d %q, want 503 unavailable", resp.StatusCode, resp.Header.Get("X-Rotor-Error"))
 		}
-		if body := bodyOf(resp); !strings.Contains(body, "tags fr") {
+		if body := bodyOf(resp); !strings.Contains(body, `tags "fr"`) {
 			t.Errorf("503 body %q does not name the tag", body)
 		}
 		if code := socksConnectUser(t, srv.Addr("socks5"), "scraper-tag-fr", "x", target.Addr()); code != repGeneralFailure {

@@ -285,7 +285,7 @@ func (s *Server) socksTunnel(ctx context.Context, id uint64, c net.Conn, pending
 		s.logTunnel(id, "socks5", c, params.User, logTarget(addr), nil, badTargetError(msg), relayResult{}, start)
 		return false
 	}
-	req := upstream.Request{Addr: addr, Tags: params.Tags, Session: params.Session}
+	req := upstream.Request{Addr: addr, Tags: params.Tags, Session: params.Session, User: params.User}
 	ctx, cancel := context.WithCancel(ctx)
 	w := watchClient(c, cancel)
 	lease, err := s.pool.Dial(ctx, req)

@@ -308,7 +308,9 @@ func (t *Tracker) Neutral(r *Record) {}
 //
 // Every failure is counted (per class, per stage). Only failures reported
 // while r is eligible drive the machine; failures of tunnels that were
-// already open when r cooled are counted and otherwise ignored.
+// already open when r cooled are counted and otherwise ignored. A
+// target-scoped failure (below) applies its per-host cooldown in any
+// state: it changes nothing but that host's entry.
 //
 //   - Target failures (target_unreachable, target_timeout) never cool r on
 //     their own. The target-failure rule: when r reports target failures
@@ -364,18 +366,31 @@ func (t *Tracker) fail(r *Record, f *Failure, epoch uint64, mode failMode) {
 	r.mu.Lock()
 	r.countFailure(class, stage, 1)
 	live := State(r.state.Load()) == Eligible && !r.removed && mode != failCount && (mode != failEpoch || epoch == r.epoch)
+	// A failure for one host cools r for that host whatever r's own state
+	// (cooling, being probed, disabled, or changed since the lease): the
+	// host's ban does not depend on it, and r serves again once it is
+	// back. It used to be only counted when r was out, so a ban reported
+	// while r cooled was lost and r, re-admitted, served the host that had
+	// banned it. Only the state-driving part (the target rule, the
+	// record's own cooldown) needs r live.
+	scoped := !r.removed && mode != failCount && f.Target != ""
 	switch {
-	case !live || class == Operator:
+	case class == Operator:
 	case class.IsTargetFailure():
-		t.targetRule(s, r, now, f.Target, &e)
-	case f.Target != "" && scopedToTarget(f):
+		if live {
+			t.targetRule(s, r, now, f.Target, &e)
+		}
+	case scoped && scopedToTarget(f):
 		// A refusal of one destination: that host (or host:port) only,
 		// unless the upstream refuses hosts that others reach (the
-		// target rule).
+		// target rule, while r is live).
 		t.coolTarget(s, r, now, class, stage, cooldownKey(f), detailOf(f.Err), f.Err, &e)
-		t.targetRule(s, r, now, f.Target, &e)
-	case f.Target != "" && s.scope(class) == ScopeTarget:
+		if live {
+			t.targetRule(s, r, now, f.Target, &e)
+		}
+	case scoped && s.scope(class) == ScopeTarget:
 		t.coolTarget(s, r, now, class, stage, targetHost(f.Target), detailOf(f.Err), f.Err, &e)
+	case !live:
 	default:
 		pol := s.policy.For(class)
 		r.after[class]++

@@ -40,7 +40,7 @@ type NoEligibleError struct {
 }
 
 func (e *NoEligibleError) Error() string {
-	tags := strings.Join(e.Tags, ",")
+	tags := quoteTags(e.Tags)
 	if len(e.Tags) > 0 && e.Matching == 0 {
 		return "no eligible upstream: no upstream has tags " + tags
 	}
@@ -76,6 +76,18 @@ func (e *NoEligibleError) Error() string {
 	return fmt.Sprintf("no eligible upstream: none of %s is eligible", what)
 }
 
+// quoteTags lists tags quoted ("us", "residential"): a tag with a
+// trailing space or a case the upstreams do not use ("us ", "US") reads
+// as itself, not as a tag that does not exist, and a client's control
+// bytes are escaped.
+func quoteTags(tags []string) string {
+	q := make([]string, len(tags))
+	for i, t := range tags {
+		q[i] = strconv.Quote(t)
+	}
+	return strings.Join(q, ", ")
+}
+
 // Is makes errors.Is(err, ErrNoEligible) true.
 func (e *NoEligibleError) Is(target error) bool { return target == ErrNoEligible }
 
@@ -87,6 +99,22 @@ type Request struct {
 	Tags []string
 	// Session is a sticky-session id ("" for none).
 	Session string
+	// User is the client's base user name ("" for none): sessions are
+	// per user (see SessionID), so that one tenant reusing another's id
+	// (1, job_1) neither pins nor moves the other's exit.
+	User string
+}
+
+// SessionID returns the key the sticky session id of client user is kept
+// under, here and in the fleet's store: user-session-id, the username
+// form without tags, which stays readable and is unambiguous because the
+// id holds no "-" (the username's separator); the id alone when user is
+// empty, "" when id is.
+func SessionID(user, id string) string {
+	if id == "" || user == "" {
+		return id
+	}
+	return user + "-session-" + id
 }
 
 // Host returns the target host without port.
@@ -212,7 +240,7 @@ func (p *Pool) Dial(ctx context.Context, req Request) (*Lease, error) {
 		if err == nil {
 			a.succeeded(e, true)
 			return &Lease{Conn: conn, Endpoint: e, Attempts: a.list, Setup: p.clock.Now().Sub(start), pool: p,
-				epoch: p.tr.Epoch(e.rec), key: a.key, session: req.Session}, nil
+				epoch: p.tr.Epoch(e.rec), key: a.key, session: a.sess}, nil
 		}
 		if stop := a.Failed(ctx, e, err); stop != nil {
 			return nil, stop
@@ -247,8 +275,10 @@ type Attempts struct {
 	invalid error
 	// tagKey names req.Tags' set (see tagSet).
 	tagKey string
-	list   []Attempt
-	tried  []*Endpoint
+	// sess is the request's session key (SessionID; "" for none).
+	sess  string
+	list  []Attempt
+	tried []*Endpoint
 	// rateWait is the shortest time until a rate-limited endpoint refused
 	// by the last pick has a token again (0: none was).
 	rateWait  time.Duration
@@ -291,7 +321,8 @@ func (a *Attempts) flushSlow() {
 // picked: the client's fault, reported to no record.
 func (p *Pool) NewAttempts(req Request) *Attempts {
 	cfg := p.Config()
-	a := &Attempts{p: p, cfg: cfg, req: req, host: req.Host(), tagKey: tagKey(req.Tags), tried: make([]*Endpoint, 0, cfg.MaxAttempts)}
+	a := &Attempts{p: p, cfg: cfg, req: req, host: req.Host(), tagKey: tagKey(req.Tags), sess: SessionID(req.User, req.Session),
+		tried: make([]*Endpoint, 0, cfg.MaxAttempts)}
 	host, port, err := checkTarget(req.Addr)
 	if err != nil {
 		a.invalid = &health.Failure{Class: health.TargetUnreachable, Stage: health.StageTargetConnect, Err: err}
@@ -330,8 +361,15 @@ func canonicalTarget(addr, host string, port uint16) string {
 	return net.JoinHostPort(lower, strconv.Itoa(int(port)))
 }
 
-// List returns the failed attempts so far.
+// List returns the failed attempts so far. An endpoint whose answer was
+// retried for its status (pool.retry_statuses) did not fail and is not in
+// it: Tried counts it.
 func (a *Attempts) List() []Attempt { return a.list }
+
+// Tried returns how many endpoints Next returned for this request: every
+// attempt made, failed, retried for its answer's status, neutral or the
+// one that served (each counts as one of pool.max_attempts).
+func (a *Attempts) Tried() int { return len(a.tried) }
 
 // Next returns the next endpoint to try, counted as active (release it with
 // Release or through a Lease). Every endpoint it returns counts as one of
@@ -595,12 +633,16 @@ func (a *Attempts) Answered(e *Endpoint) {
 }
 
 func (a *Attempts) bindSession(e *Endpoint, hold bool) {
-	from, moved, report := a.p.sessions.bind(a.req.Session, e, hold)
+	from, moved, report := a.p.sessions.bind(a.sess, e, hold)
 	if moved {
-		a.p.log.Info().Str("session", a.req.Session).Str("from", from).Str("to", e.Name).Msg("session moved")
+		ev := a.p.log.Info().Str("session", a.req.Session).Str("from", from).Str("to", e.Name)
+		if a.req.User != "" {
+			ev = ev.Str("user", a.req.User) // the session's owner: ids are per user
+		}
+		ev.Msg("session moved")
 	}
 	if report && a.p.fleet != nil {
-		a.p.fleet.SessionBound(a.req.Session, e.Key, a.p.sessions.ttl())
+		a.p.fleet.SessionBound(a.sess, e.Key, a.p.sessions.ttl())
 	}
 }
 
@@ -717,7 +759,7 @@ func (e *Endpoint) DialContext(ctx context.Context, network, addr string) (net.C
 func (p *Pool) pick(a *Attempts) *Endpoint {
 	s := p.set.Load()
 	st := p.settings.Load().strategy
-	id := a.req.Session
+	id := a.sess
 	if id == "" {
 		return st.pick(s, a)
 	}

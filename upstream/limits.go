@@ -124,8 +124,9 @@ func (p *Pool) SetInstances(n int) {
 // Instances returns the share set by SetInstances (1 by default).
 func (p *Pool) Instances() int { return int(max(p.share.Load(), 1)) }
 
-// SessionKey returns the identity key of the endpoint session id is bound
-// to here, "" when it is unknown or expired (for status and tests).
+// SessionKey returns the identity key of the endpoint session id (the key
+// SessionID makes of a user's session) is bound to here, "" when it is
+// unknown or expired (for status and tests).
 func (p *Pool) SessionKey(id string) string { return p.sessions.lookup(id) }
 
 // ApplySession binds sticky session id to the endpoint with identity key

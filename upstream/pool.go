@@ -41,7 +41,8 @@ type PoolConfig struct {
 	// use (sliding). Default 10m.
 	SessionTTL time.Duration `toml:"session_ttl"`
 	// RetryStatuses are plain-HTTP statuses retried on another upstream
-	// for idempotent requests. Default none.
+	// for idempotent requests, 300-599 (a success is never retried).
+	// Default none.
 	RetryStatuses []int `toml:"retry_statuses"`
 	// RetryBodyLimit is the largest request body buffered so that a
 	// request with a body can be retried. Default 64 KiB.
@@ -105,8 +106,13 @@ func (c PoolConfig) Validate() error {
 		bad("retry_body_limit", "must not be negative (got %d)", c.RetryBodyLimit)
 	}
 	for _, s := range c.RetryStatuses {
-		if s < 100 || s > 599 {
+		switch {
+		case s < 100 || s > 599:
 			bad("retry_statuses", "%d is not an HTTP status", s)
+		case s < 300:
+			// 200 retried every successful idempotent request (and a 1xx
+			// never reaches the retry: it is no final answer).
+			bad("retry_statuses", "%d is an interim or success status, not a ban (want 300-599)", s)
 		}
 	}
 	return errors.Join(errs...)

@@ -243,8 +243,11 @@ func TestTagsNoneEligibleFailsNamingTags(t *testing.T) {
 		matching int
 		text     string
 	}{
-		{"configured but not eligible", []string{"us"}, 1, "none of the 1 upstreams with tags us is eligible"},
-		{"no upstream has them", []string{"us", "mobile"}, 0, "no upstream has tags us,mobile"},
+		{"configured but not eligible", []string{"us"}, 1, `none of the 1 upstreams with tags "us" is eligible`},
+		{"no upstream has them", []string{"us", "mobile"}, 0, `no upstream has tags "us", "mobile"`},
+		// Quoted: "no upstream has tags us" read as if us did not exist.
+		{"trailing space", []string{"us "}, 0, `no upstream has tags "us "`},
+		{"other case", []string{"US"}, 0, `no upstream has tags "US"`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -566,13 +569,14 @@ func TestTagsNobodyHasFailAtOnce(t *testing.T) {
 	tp := newTestPool(t, PoolConfig{WaitForUpstream: time.Hour}, clock, sp...)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second) // a guard only: the old code waited
 	defer cancel()
-	for _, tags := range [][]string{{"x"}, {"us", "de"}} {
+	for tags, want := range map[string]string{"x": `no upstream has tags "x"`, "us de": `no upstream has tags "us", "de"`} {
+		tags := strings.Fields(tags)
 		_, err := tp.NewAttempts(Request{Addr: "example.com:443", Tags: tags}).Next(ctx)
 		var ne *NoEligibleError
 		if !errors.As(err, &ne) || ne.Matching != 0 || !errors.Is(err, ErrNoEligible) {
 			t.Fatalf("tags %v: err = %v, want a *NoEligibleError with Matching 0", tags, err)
 		}
-		if want := "no upstream has tags " + strings.Join(tags, ","); !strings.Contains(err.Error(), want) {
+		if !strings.Contains(err.Error(), want) {
 			t.Errorf("tags %v: err = %q, want it to say %q", tags, err, want)
 		}
 	}
@@ -624,7 +628,7 @@ func TestNoEligibleNamesLimits(t *testing.T) {
 		want string
 	}{
 		{"max_conns and rate", nil, []string{"res"},
-			"no eligible upstream: the 3 upstreams with tags res are eligible but all at their max_conns or rate limit"},
+			"no eligible upstream: the 3 upstreams with tags \"res\" are eligible but all at their max_conns or rate limit"},
 		{"max_conns, untagged", func() { tp.disable(t, "res-1"); tp.disable(t, "res-2"); tp.disable(t, "res-3") }, nil,
 			"no eligible upstream: 1 of the 4 upstreams are eligible but at their max_conns, the rest are out"},
 	}
