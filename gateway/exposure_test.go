@@ -224,27 +224,7 @@ func TestClientRefusalsLoggedAtInfo(t *testing.T) {
 			t.Errorf("%q: %s err %v, want a refusal", req, statusOf(resp), err)
 		}
 	}
-	want := 4 + 2 + 5
-	var lines []string
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		lines = lines[:0]
-		for _, l := range strings.Split(logs.String(), "\n") {
-			if strings.Contains(l, `"message":"tunnel closed"`) || strings.Contains(l, `"message":"request forwarded"`) {
-				lines = append(lines, l)
-			}
-		}
-		if len(lines) >= want {
-			break
-		}
-	}
-	if len(lines) != want {
-		t.Fatalf("%d refusal lines, want %d:\n%s", len(lines), want, logs)
-	}
-	for _, l := range lines {
-		if !strings.Contains(l, `"level":"info"`) {
-			t.Errorf("a refusal of the client's target not at info: %s", l)
-		}
-	}
+	infoSummaryLines(t, logs, 4+2+5)
 }
 
 // TestSelfTargetByLocalNames: a target named by this machine's hostname,
@@ -282,6 +262,26 @@ func TestSelfTargetByLocalNames(t *testing.T) {
 	} {
 		if got := srv.selfTarget(tc.addr); got != tc.self {
 			t.Errorf("selfTarget(%q) = %v, want %v", tc.addr, got, tc.self)
+		}
+	}
+}
+
+// infoSummaryLines waits for want summary lines (tunnel closed, request
+// forwarded) in logs, and checks that there are exactly want, each at info.
+func infoSummaryLines(t *testing.T, logs *logBuffer, want int) {
+	t.Helper()
+	var lines []string
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if lines = summaryLines(logs); len(lines) >= want {
+			break
+		}
+	}
+	if len(lines) != want {
+		t.Fatalf("%d summary lines, want %d:\n%s", len(lines), want, logs)
+	}
+	for _, l := range lines {
+		if !strings.Contains(l, `"level":"info"`) {
+			t.Errorf("a refusal of the client's target not at info: %s", l)
 		}
 	}
 }
