@@ -507,10 +507,8 @@ func (a *Attempts) admit(s *set, i int) bool {
 	if !known && !p.tr.Eligible(e.rec) {
 		return false
 	}
-	for _, t := range a.tried {
-		if t.ld == ld { // same identity, even across a reload
-			return false
-		}
+	if a.triedLoad(ld) { // same identity, even across a reload
+		return false
 	}
 	if len(a.req.Tags) > 0 && !e.HasTags(a.req.Tags) {
 		return false
@@ -555,25 +553,26 @@ func (a *Attempts) awaitable() bool {
 	p := a.p
 	s := p.set.Load()
 	ok := func(i int) bool {
-		e, ld := s.eps[i], s.lds[i]
-		for _, t := range a.tried {
-			if t.ld == ld {
-				return false
-			}
-		}
+		e := s.eps[i]
 		st, _ := p.tr.Status(e.rec)
-		return st != health.Disabled && !p.tr.TargetCooling(e.rec, a.key)
+		return !a.triedLoad(s.lds[i]) && st != health.Disabled && !p.tr.TargetCooling(e.rec, a.key)
 	}
-	if v := s.viewOf(a); v != nil {
-		for _, i := range v.idx {
-			if ok(int(i)) {
-				return true
-			}
-		}
-		return false
+	if list := s.viewOf(a).restricted(); list != nil {
+		return slices.ContainsFunc(list, func(i int32) bool { return ok(int(i)) })
 	}
 	for i := range s.eps {
 		if ok(i) {
+			return true
+		}
+	}
+	return false
+}
+
+// triedLoad reports whether the endpoint whose load is ld (its identity,
+// across reloads) was tried for this request already.
+func (a *Attempts) triedLoad(ld *load) bool {
+	for _, t := range a.tried {
+		if t.ld == ld {
 			return true
 		}
 	}
@@ -592,10 +591,8 @@ func (a *Attempts) viable(s *set, i int) bool {
 		return false
 	}
 	e, ld := s.eps[i], s.lds[i]
-	for _, t := range a.tried {
-		if t.ld == ld {
-			return false
-		}
+	if a.triedLoad(ld) {
+		return false
 	}
 	if len(a.req.Tags) > 0 && !e.HasTags(a.req.Tags) {
 		return false
