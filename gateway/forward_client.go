@@ -57,6 +57,9 @@ const (
 	// the Transport's MaxIdleConnsPerHost (32) did: each holds a socket
 	// (and an upstream's connection slot) for up to fwdIdleTimeout.
 	fwdMaxIdlePerTarget = 32
+	// fwdPeekAfter is how long a connection must have been idle for its
+	// reuse to peek for unsolicited bytes first (fwdClient.get).
+	fwdPeekAfter = 2 * time.Millisecond
 	// fwdMaxIdle bounds one endpoint's idle connections over all targets.
 	fwdMaxIdle = 1024
 )
@@ -528,8 +531,12 @@ func (fc *fwdClient) get(key string) (pc *fwdConn, reused bool) {
 			return nil, false
 		}
 		// Bytes (or an end) that came while it was idle are no answer
-		// to the request about to go: the connection is not reused.
-		if pc.br.Buffered() == 0 && !idleReadable(pc.c) {
+		// to the request about to go: the connection is not reused. One
+		// idle for less than fwdPeekAfter is not peeked at (a busy
+		// keep-alive loop would pay a syscall per request): bytes that
+		// trail its answer by less than that may as well come after a
+		// peek, and its answer's own segments were checked at its end.
+		if pc.br.Buffered() == 0 && (time.Since(pc.idleAt) < fwdPeekAfter || !idleReadable(pc.c)) {
 			return pc, true
 		}
 		_ = pc.c.Close()
