@@ -86,20 +86,7 @@ func TestFrontsReachTargetThroughEachUpstreamKind(t *testing.T) {
 }
 
 func TestHTTPSUpstream(t *testing.T) {
-	target := upstreamtest.NewTarget(t)
-	up := upstreamtest.NewHTTPProxy(t, upstreamtest.Options{Username: "u", Password: "p", TLS: true})
-	cfg, err := ParseConfig("t.toml", []byte(fmt.Sprintf("%s\n[[upstream]]\nurl = %q\nname = \"tls\"\n[listen]\nsocks5 = \"127.0.0.1:0\"\nhttp = \"127.0.0.1:0\"\nadmin = \"\"\n", probeConf(target), up.URL().String())))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := New(cfg, Options{UpstreamTLS: up.ClientTLS()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
+	srv, target, _ := tlsUpstreamGateway(t, true)
 	waitState(t, srv, "tls", health.Eligible)
 	for _, tunnel := range []bool{false, true} {
 		resp, err := httpGet(t, srv.Addr("http"), "", "", target.URL("/ok"), tunnel)
@@ -297,4 +284,28 @@ func TestUpstreamCAFile(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "x.toml:1: upstream_ca_file:") || !strings.Contains(err.Error(), "no PEM certificate") {
 		t.Errorf("a CA file with no certificate: %v", err)
 	}
+}
+
+// tlsUpstreamGateway starts a gateway whose one upstream, "tls", is an
+// https:// proxy with credentials (trusted through Options.UpstreamTLS),
+// probed through it at a target; with socks, the SOCKS5 front listens too.
+func tlsUpstreamGateway(t *testing.T, socks bool) (*Server, *upstreamtest.Target, *upstreamtest.Server) {
+	t.Helper()
+	target := upstreamtest.NewTarget(t)
+	up := upstreamtest.NewHTTPProxy(t, upstreamtest.Options{Username: "u", Password: "p", TLS: true})
+	socksAddr := ""
+	if socks {
+		socksAddr = "127.0.0.1:0"
+	}
+	cfg, err := ParseConfig("t.toml", []byte(fmt.Sprintf("%s\n[[upstream]]\nurl = %q\nname = \"tls\"\n[listen]\nsocks5 = %q\nhttp = \"127.0.0.1:0\"\nadmin = \"\"\n",
+		probeConf(target), up.URL().String(), socksAddr)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := New(cfg, Options{UpstreamTLS: up.ClientTLS()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	serve(t, srv)
+	return srv, target, up
 }

@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -21,20 +20,7 @@ import (
 // upstream over TCP (credentials in Proxy-Authorization, the proxy's own
 // answers classified alike), on the lean path and the Transport's.
 func TestHTTPSUpstreamAbsoluteForm(t *testing.T) {
-	target := upstreamtest.NewTarget(t)
-	up := upstreamtest.NewHTTPProxy(t, upstreamtest.Options{Username: "u", Password: "p", TLS: true})
-	cfg, err := ParseConfig("t.toml", []byte(fmt.Sprintf("%s\n[[upstream]]\nurl = %q\nname = \"tls\"\n[listen]\nsocks5 = \"\"\nhttp = \"127.0.0.1:0\"\nadmin = \"\"\n", probeConf(target), up.URL().String())))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := New(cfg, Options{UpstreamTLS: up.ClientTLS()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
+	srv, target, up := tlsUpstreamGateway(t, false)
 	waitState(t, srv, "tls", health.Eligible) // the probe, of an http:// URL
 
 	// The lean path (GET) and the Transport's (a POST with a body of
