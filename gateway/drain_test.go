@@ -207,13 +207,7 @@ func TestShutdownGraceCutsWaiters(t *testing.T) {
 		ws = append(ws, startWaiter(t, srv, f, target))
 	}
 	eventually(t, "clients waiting", func() bool { return srv.pool.Waiting() == int64(len(ws)) })
-	ctx, cancel := context.WithDeadline(context.Background(), time.Now()) // the grace is over
-	defer cancel()
-	select {
-	case <-shutdownIn(srv, ctx):
-	case <-time.After(time.Minute):
-		t.Fatal("Shutdown still running a minute after the grace ran out")
-	}
+	shutdownGraceOver(t, srv)
 	want := map[string]string{"socks5": "rep 0x1", "connect": "503 canceled", "forward": "503 canceled"}
 	for _, w := range ws {
 		if got := w.waitAnswer(t, time.Minute); got != want[w.front] {
@@ -286,13 +280,7 @@ func TestShutdownGraceCutsForwardedAnswer(t *testing.T) {
 			}
 			eventually(t, "tunnel registered", func() bool { return srv.tunnels.count() == 1 })
 
-			ctx, cancel := context.WithDeadline(context.Background(), time.Now()) // the grace is over
-			defer cancel()
-			select {
-			case <-shutdownIn(srv, ctx):
-			case <-time.After(time.Minute):
-				t.Fatal("Shutdown still running a minute after the grace ran out")
-			}
+			shutdownGraceOver(t, srv)
 			if n, err := io.Copy(io.Discard, resp.Body); err == nil {
 				t.Errorf("the client read the rest of the answer (%d bytes) with no error; want it cut short", n)
 			}
@@ -358,13 +346,7 @@ func TestShutdownGraceCutsAnswerToAStalledReader(t *testing.T) {
 		}
 	}
 
-	ctx, cancel := context.WithDeadline(context.Background(), time.Now()) // the grace is over
-	defer cancel()
-	select {
-	case <-shutdownIn(srv, ctx):
-	case <-time.After(time.Minute):
-		t.Fatal("Shutdown still running a minute after the grace ran out")
-	}
+	shutdownGraceOver(t, srv)
 	lines := summaryLines(logs)
 	if len(lines) != 1 {
 		t.Fatalf("%d summary lines, want 1:\n%s", len(lines), logs)
@@ -423,13 +405,7 @@ func TestShutdownGraceCutsUpload(t *testing.T) {
 				}
 			}
 
-			ctx, cancel := context.WithDeadline(context.Background(), time.Now()) // the grace is over
-			defer cancel()
-			select {
-			case <-shutdownIn(srv, ctx):
-			case <-time.After(time.Minute):
-				t.Fatal("Shutdown still running a minute after the grace ran out")
-			}
+			shutdownGraceOver(t, srv)
 			resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: http.MethodPost})
 			if err != nil {
 				t.Fatalf("no answer: %v", err)
@@ -461,4 +437,17 @@ func drainHTTPClient(t *testing.T) (*Server, *logBuffer, net.Conn) {
 	t.Cleanup(func() { c.Close() })
 	_ = c.SetDeadline(time.Now().Add(2 * time.Minute))
 	return srv, logs, c
+}
+
+// shutdownGraceOver shuts srv down with its grace over already, and fails
+// the test if Shutdown has not returned a minute later.
+func shutdownGraceOver(t *testing.T, srv *Server) {
+	t.Helper()
+	ctx, cancel := context.WithDeadline(context.Background(), time.Now())
+	defer cancel()
+	select {
+	case <-shutdownIn(srv, ctx):
+	case <-time.After(time.Minute):
+		t.Fatal("Shutdown still running a minute after the grace ran out")
+	}
 }
