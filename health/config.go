@@ -392,8 +392,13 @@ func (p ProbeConfig) Validate() error {
 		}
 	}
 	for _, s := range p.ExpectStatus {
-		if s < 100 || s > 599 {
+		switch {
+		case s < 100 || s > 599:
 			errs = append(errs, keyErr("probe.expect_status", "%d is not an HTTP status code", s))
+		case s < 200:
+			// The probe's client reads past interim answers: a 1xx is
+			// never the status it sees, so no probe would ever pass.
+			errs = append(errs, keyErr("probe.expect_status", "%d is an interim (1xx) status, never a probe's answer", s))
 		}
 	}
 	if p.Timeout < 0 {

@@ -147,6 +147,7 @@ func TestValidate(t *testing.T) {
 		{"probe userinfo", Config{Probe: ProbeConfig{URL: "http://u:p@x/"}}, "probe.url: must not carry userinfo"},
 		{"probe bad url", Config{Probe: ProbeConfig{URL: "http://[::1"}}, "probe.url"},
 		{"expect status", Config{Probe: ProbeConfig{ExpectStatus: []int{200, 99}}}, "probe.expect_status: 99"},
+		{"expect status 1xx", Config{Probe: ProbeConfig{ExpectStatus: []int{200, 101}}}, "probe.expect_status: 101 is an interim (1xx) status"},
 		{"probe timeout", Config{Probe: ProbeConfig{Timeout: -1}}, "probe.timeout"},
 		{"probe concurrency", Config{Probe: ProbeConfig{MaxConcurrent: -1}}, "probe.max_concurrent"},
 		{"probe rate", Config{Probe: ProbeConfig{Rate: -1}}, "probe.rate"},
