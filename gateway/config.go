@@ -359,7 +359,8 @@ func parseConfig(path string, data []byte) (*Config, ConfigErrors) {
 }
 
 // clientPasswordErrors is an error for each [[client]] that sets both
-// password and password_env, at password_env. Neither can be the one meant
+// password and password_env, at password_env, and for a [listen] with both
+// admin_token and admin_token_env. Neither can be the one meant
 // for sure: password_env is there to keep the secret out of the file, and
 // an operator who rotates the variable would find the file's password
 // still in force (it was, silently). ([[upstream]] is different: its
@@ -372,6 +373,11 @@ func (c *Config) clientPasswordErrors() ConfigErrors {
 			errs = append(errs, ConfigError{File: c.path, Line: c.elemKey("client", i, "password_env"),
 				Msg: fmt.Sprintf("client %q: set password or password_env, not both", shown(cl.Username))})
 		}
+	}
+	// The admin token likewise: the file's token won over the variable.
+	if c.Listen.AdminToken != "" && c.Listen.AdminTokenEnv != "" {
+		errs = append(errs, ConfigError{File: c.path, Line: c.lines.key(toml.Key{"listen", "admin_token_env"}),
+			Msg: "listen: set admin_token or admin_token_env, not both"})
 	}
 	return errs
 }

@@ -785,3 +785,34 @@ func TestConfigPasswordEnvChecked(t *testing.T) {
 		t.Errorf("error shows the password: %v", err)
 	}
 }
+
+// TestConfigAdminTokenAndEnv: [listen] with both admin_token and
+// admin_token_env is an error at admin_token_env (bug: the file's token
+// silently won, so rotating the variable changed nothing). Either alone is
+// fine, and the error shows neither token.
+func TestConfigAdminTokenAndEnv(t *testing.T) {
+	t.Setenv("ROTOR_TEST_ADMIN_TOKEN", "env-Tok3n")
+	const up = "[[upstream]]\nurl = \"direct://\"\n"
+	both := "[listen]\nadmin_token = \"file-Tok3n\"\nadmin_token_env = \"ROTOR_TEST_ADMIN_TOKEN\"\n" + up
+	_, err := ParseConfig("rotor.toml", []byte(both))
+	const want = `rotor.toml:3: listen: set admin_token or admin_token_env, not both`
+	if err == nil || err.Error() != want {
+		t.Fatalf("err = %v, want %s", err, want)
+	}
+	if strings.Contains(err.Error(), "Tok3n") {
+		t.Errorf("the error shows a token: %v", err)
+	}
+	for name, text := range map[string]string{
+		"admin_token":     "[listen]\nadmin_token = \"file-Tok3n\"\n" + up,
+		"admin_token_env": "[listen]\nadmin_token_env = \"ROTOR_TEST_ADMIN_TOKEN\"\n" + up,
+	} {
+		cfg, err := ParseConfig("rotor.toml", []byte(text))
+		if err != nil {
+			t.Errorf("%s alone: %v", name, err)
+			continue
+		}
+		if got := cfg.Listen.AdminToken; !strings.HasSuffix(got, "-Tok3n") {
+			t.Errorf("%s alone: token %q", name, got)
+		}
+	}
+}
