@@ -85,3 +85,37 @@ func TestClusterClampedCoolingEndsThenProbes(t *testing.T) {
 		t.Errorf("b: %v until %v, want probe_allowed: the cooling's clamped end (%v) is past", s.State, s.Until, now.Add(max+skew))
 	}
 }
+
+// TestClusterWriteTimeBoundedByRedisClock: a peer whose clock is an hour
+// ahead writes a cooling; another instance's probe passes a moment later,
+// by the real clock. Bug: the cooling's time (an hour ahead) won the
+// ordering, so the probe's eligible lost and the fleet kept the upstream
+// out until the fast clock's time came. A write's time more than
+// max_clock_skew ahead of Redis's clock is stored as Redis's.
+func TestClusterWriteTimeBoundedByRedisClock(t *testing.T) {
+	rd := clustertest.Start(t)
+	const max, skew = time.Minute, 500 * time.Millisecond
+	fast, _ := newClampMember(t, rd, "fast", max, skew)
+	b, trB := newClampMember(t, rd, "b", max, skew)
+
+	ahead := time.Now().Add(time.Hour)
+	fast.Publish(health.RemoteState{Key: "k", State: health.Cooling, From: health.Eligible, Reason: health.Refused,
+		Stage: health.StageDial, Detail: "refused", At: ahead, Until: ahead.Add(30 * time.Second), Streak: 1})
+	waitUntil(t, 5*time.Second, "b applies the fast peer's cooling", func() bool { return stateOf(trB) == health.Cooling })
+	if at := fromMS(storedRecord(t, rd).At); at.After(time.Now().Add(skew)) {
+		t.Errorf("stored time %v is ahead of Redis's clock by more than the skew", at)
+	}
+
+	b.Publish(health.RemoteState{Key: "k", State: health.Eligible, From: health.ProbeAllowed,
+		Stage: health.StageProbe, Detail: "probe passed", At: time.Now().Add(10 * time.Millisecond)})
+	waitUntil(t, 5*time.Second, "the probe's eligible stored", func() bool { return storedRecord(t, rd).State == "eligible" })
+
+	// A clock ahead by less than the skew is kept as written.
+	near := time.Now().Add(skew / 2).Round(time.Millisecond)
+	fast.Publish(health.RemoteState{Key: "k", State: health.Cooling, From: health.Eligible, Reason: health.Refused,
+		Stage: health.StageDial, Detail: "refused again", At: near, Until: near.Add(30 * time.Second), Streak: 1})
+	waitUntil(t, 5*time.Second, "the second cooling stored", func() bool { return storedRecord(t, rd).State == "cooling" })
+	if at := fromMS(storedRecord(t, rd).At); !at.Equal(near) {
+		t.Errorf("stored time %v, want %v as written (within the skew)", at, near)
+	}
+}

@@ -608,7 +608,7 @@ func (c *Cluster) write(rs health.RemoteState) error {
 	}
 	ctx, cancel := context.WithTimeout(c.ctx, opTimeout)
 	defer cancel()
-	res, err := writeScript.Run(ctx, c.rdb, []string{c.recPrefix + rs.Key, c.channel}, string(b), c.cfg.History).Slice()
+	res, err := writeScript.Run(ctx, c.rdb, []string{c.recPrefix + rs.Key, c.channel}, string(b), c.cfg.History, c.cfg.MaxClockSkew.Milliseconds()).Slice()
 	if err != nil {
 		return err
 	}

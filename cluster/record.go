@@ -121,7 +121,8 @@ func decodeRecord(s string) (record, error) {
 
 // writeScript is the compare-and-set of a shared record, atomic in Redis.
 // KEYS[1] is the record, KEYS[2] the channel; ARGV[1] the new record,
-// ARGV[2] the history bound. The record's version increments on every
+// ARGV[2] the history bound, ARGV[3] the max clock skew in milliseconds
+// (a transition's time further ahead of Redis's clock is Redis's). The record's version increments on every
 // write and the result is published on KEYS[2] in the same atomic step.
 // Returns {1 if the new state was applied else 0, record}.
 //
@@ -185,6 +186,20 @@ local function merge(seed)
   if seed then
     if type(new.hist) == 'table' then entries = new.hist end
   else
+    -- A transition's time is the writer's clock. One far ahead of
+    -- Redis's (by more than ARGV[3] ms, the fleet's max clock skew) is
+    -- Redis's time instead: a peer with a clock hours ahead won every
+    -- ordering by time, so the others' later transitions (a probe that
+    -- passed) lost to its older one until their clocks caught up.
+    -- Operator stamps (opat) are left as written: an automatic write
+    -- carries the newest one its instance knows, and bounding them would
+    -- let it pass a disable with the same bound stamp.
+    local skew = tonumber(ARGV[3])
+    if skew then
+      local clock = redis.call('TIME')
+      local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+      if num(new.at) > now + skew then new.at = now end
+    end
     entries = {{at=new.at, from=new.from, to=new.state, reason=new.reason, stage=new.stage, detail=new.detail, inst=new.inst}}
   end
   new.hist = nil
