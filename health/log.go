@@ -12,9 +12,12 @@ func (t *Tracker) logChange(c change) {
 	if !ev.Enabled() {
 		return
 	}
-	ev = ev.Str("upstream", c.name).
-		Stringer("from", c.tr.From).
-		Stringer("to", c.tr.To)
+	ev = ev.Str("upstream", c.name)
+	if c.restored {
+		ev = ev.Stringer("state", c.tr.To)
+	} else {
+		ev = ev.Stringer("from", c.tr.From).Stringer("to", c.tr.To)
+	}
 	if c.tr.Reason != ClassNone {
 		ev = ev.Stringer("class", c.tr.Reason)
 	}
@@ -28,6 +31,8 @@ func (t *Tracker) logChange(c change) {
 		ev = ev.Err(c.err)
 	}
 	switch {
+	case c.restored:
+		ev.Str("detail", c.tr.Detail).Msg("upstream record restored")
 	case c.tr.Target != "":
 		ev.Str("target", c.tr.Target).Msg("upstream cooled for target")
 	case c.tr.From == c.tr.To:

@@ -224,7 +224,8 @@ func failedBefore(st State, reason Class, streak int) bool {
 //     nothing unverified serves traffic. It did not fail, so once
 //     admitted it serves without a slow-start ramp.
 //
-// A state change is recorded in the history as "restored from state file".
+// The saved state is given back without a history entry of its own (the
+// history is the snapshot's) and logged as "upstream record restored".
 func (t *Tracker) Restore(key string, s Snapshot) bool {
 	r := t.Lookup(key)
 	if r == nil {
@@ -288,22 +289,22 @@ func (t *Tracker) restore(r *Record, s Snapshot, detail string, keepEligible boo
 	case s.State == Disabled:
 		if cur != Disabled {
 			r.deadline, r.until = time.Time{}, time.Time{}
-			t.setState(r, now, Disabled, s.Reason, s.Stage, detail, nil, &e)
+			t.restoreState(r, now, Disabled, s.Reason, s.Stage, detail, &e)
 		}
 	case s.State == Cooling && left > 0:
 		r.deadline, r.until = now.Add(left), s.Until
-		t.setState(r, now, Cooling, s.Reason, s.Stage, detail, nil, &e)
+		t.restoreState(r, now, Cooling, s.Reason, s.Stage, detail, &e)
 		e.items = append(e.items, item{at: r.deadline, rec: r, epoch: r.epoch, kind: kindProbe})
 	case s.State == Eligible && keepEligible:
 		if cur != Eligible {
 			r.deadline, r.until = time.Time{}, time.Time{}
-			t.setState(r, now, Eligible, s.Reason, s.Stage, detail, nil, &e)
+			t.restoreState(r, now, Eligible, s.Reason, s.Stage, detail, &e)
 			r.publish()
 		}
 	case s.State == Cooling || s.State == ProbeAllowed:
 		if cur != ProbeAllowed {
 			r.deadline, r.until = time.Time{}, time.Time{}
-			t.setState(r, now, ProbeAllowed, s.Reason, s.Stage, detail, nil, &e)
+			t.restoreState(r, now, ProbeAllowed, s.Reason, s.Stage, detail, &e)
 			e.items = append(e.items, item{at: now, rec: r, epoch: r.epoch, kind: kindProbe})
 		}
 	}

@@ -140,6 +140,9 @@ type change struct {
 	// shared is the record to publish to the fleet (fleet.go); nil when
 	// fleet mode is off or the change is local-only.
 	shared *RemoteState
+	// restored marks a record given back its saved state (restoreState):
+	// logged as such, and no transition for the observer's metrics.
+	restored bool
 }
 
 // effects collects what a mutator must do once it has unlocked.
@@ -154,6 +157,25 @@ type effects struct {
 
 // setState moves r to `to` and records the transition. Caller holds r.mu.
 func (t *Tracker) setState(r *Record, now time.Time, to State, reason Class, stage Stage, detail string, err error, e *effects) {
+	tr := t.moveState(r, now, to, reason, stage, detail)
+	r.hist.add(tr)
+	t.postState(r, change{name: r.name, tr: tr, err: err}, e)
+}
+
+// restoreState gives r its saved state (a state file's, or the record of
+// an upstream back in the config) without recording a transition: the
+// saved history already ends with the one that led there, and the state
+// the new record started in was never the upstream's (bug: every restore
+// listed "probe_allowed → cooling, stage probe" in the history and in
+// rotor_transitions_total, no probe having run). Caller holds r.mu.
+func (t *Tracker) restoreState(r *Record, now time.Time, to State, reason Class, stage Stage, detail string, e *effects) {
+	tr := t.moveState(r, now, to, reason, stage, detail)
+	t.postState(r, change{name: r.name, tr: tr, restored: true}, e)
+}
+
+// moveState stores r's new state and returns the transition. Caller holds
+// r.mu.
+func (t *Tracker) moveState(r *Record, now time.Time, to State, reason Class, stage Stage, detail string) Transition {
 	from := State(r.state.Load())
 	r.epoch++
 	r.state.Store(uint32(to))
@@ -163,9 +185,13 @@ func (t *Tracker) setState(r *Record, now time.Time, to State, reason Class, sta
 	} else {
 		r.askGate() // until startRamp has decided the ramp
 	}
-	tr := Transition{At: wall(now), From: from, To: to, Reason: reason, Stage: stage, Detail: detail}
-	r.hist.add(tr)
-	c := change{name: r.name, tr: tr, err: err}
+	return Transition{At: wall(now), From: from, To: to, Reason: reason, Stage: stage, Detail: detail}
+}
+
+// postState posts c, r's change of state, with its fleet record and wake.
+// Caller holds r.mu.
+func (t *Tracker) postState(r *Record, c change, e *effects) {
+	tr, to := c.tr, c.tr.To
 	if to == Cooling {
 		c.until = r.until
 	}
@@ -244,7 +270,7 @@ func (t *Tracker) flush() {
 	}
 	for _, c := range batch {
 		t.logChange(c)
-		if obs != nil {
+		if obs != nil && !c.restored {
 			obs.Transition(c.name, c.tr)
 		}
 		if c.shared != nil {
