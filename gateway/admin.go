@@ -261,7 +261,10 @@ func (s *Server) serveEnable(w http.ResponseWriter, r *http.Request, e *upstream
 		writeError(w, http.StatusBadRequest, "invalid body: want no body or {}: "+err.Error())
 		return
 	}
-	s.tr.Enable(e.Record())
+	if err := s.tr.Enable(e.Record()); err != nil {
+		writeError(w, http.StatusConflict, "upstream "+e.Name+" is "+err.Error()+": set disabled = false in its entry and reload")
+		return
+	}
 	s.log.Info().Str("upstream", e.Name).Str("client", r.RemoteAddr).Msg("admin: upstream enabled")
 	writeJSON(w, http.StatusOK, s.record(e))
 }

@@ -273,17 +273,20 @@ func TestRunWithoutProbeURL(t *testing.T) {
 func TestRunObserverAndEnable(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		tr := NewTracker(syncCfg(), nil, zerolog.Nop())
+		up := &pipeUpstream{}
+		r := tr.Add("k", "up", up, false)
+		tr.Disable(r, "bad exit IPs") // an operator's: Enable ends it (the config's it refuses)
 		obs := &recordObserver{}
 		tr.SetObserver(obs)
-		up := &pipeUpstream{}
-		r := tr.Add("k", "up", up, true)
 		startRun(t, tr)
 		synctest.Wait()
 		if up.requests.Load() != 0 {
 			t.Fatal("disabled record probed")
 		}
 		v := tr.Version()
-		tr.Enable(r)
+		if err := tr.Enable(r); err != nil {
+			t.Fatal(err)
+		}
 		synctest.Wait()
 		if !tr.Eligible(r) || up.requests.Load() != 1 {
 			t.Fatalf("enable: state %v probes %d", tr.Snapshot(r).State, up.requests.Load())

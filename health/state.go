@@ -1,6 +1,7 @@
 package health
 
 import (
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -486,7 +487,16 @@ func (t *Tracker) disable(r *Record, detail string, byConfig bool) {
 // record makes sure a probe of it is queued when none runs, and is no
 // transition; enabling an eligible record changes nothing. In fleet mode
 // either is still an operator action the fleet must know (enabledHere).
-func (t *Tracker) Enable(r *Record) { t.enable(r, "enabled by operator", false) }
+//
+// A record disabled by its config entry (disabled = true) is not enabled:
+// Enable returns ErrDisabledByConfig. The config has the last word on
+// disabled (bug: the enable was accepted and the next reload of any part
+// of the config disabled the upstream again).
+func (t *Tracker) Enable(r *Record) error { return t.enable(r, "enabled by operator", false) }
+
+// ErrDisabledByConfig is Enable's refusal of an upstream its config entry
+// disables.
+var ErrDisabledByConfig = errors.New("disabled in the config (disabled = true): only the config enables it")
 
 // CredentialsChanged tells the tracker that r's upstream credentials were
 // changed in the config (the record's dialer already uses the new ones). A
@@ -499,18 +509,26 @@ func (t *Tracker) Enable(r *Record) { t.enable(r, "enabled by operator", false) 
 // soon as that probe ends. Other records are left alone: an operator's
 // disable stays, and traffic tells about an eligible record.
 func (t *Tracker) CredentialsChanged(r *Record) {
-	t.enable(r, "credentials changed in the config", true)
+	_ = t.enable(r, "credentials changed in the config", true) // refuses only an operator's enable
 }
 
 // enable is Enable; with creds, it is CredentialsChanged: only a record
 // set aside for auth_rejected (not by an operator or the config) is
-// enabled, and a running probe's result is discarded.
-func (t *Tracker) enable(r *Record, detail string, creds bool) {
+// enabled, and a running probe's result is discarded. byConfig is the
+// config's own enable (Add), which ends a disable by the config.
+func (t *Tracker) enable(r *Record, detail string, creds bool) error {
+	return t.enableAs(r, detail, creds, false)
+}
+
+func (t *Tracker) enableAs(r *Record, detail string, creds, byConfig bool) error {
 	now := t.clock.Now()
 	var e effects
 	r.mu.Lock()
 	switch s := State(r.state.Load()); {
 	case r.removed:
+	case s == Disabled && r.configDisabled && !creds && !byConfig:
+		r.mu.Unlock()
+		return ErrDisabledByConfig
 	case s == ProbeAllowed && r.probing:
 		if creds {
 			// No transition: the record stays probe_allowed, but the
@@ -543,6 +561,7 @@ func (t *Tracker) enable(r *Record, detail string, creds bool) {
 	}
 	r.mu.Unlock()
 	t.apply(&e)
+	return nil
 }
 
 // enabledHere records, in fleet mode, an operator's enable of r that

@@ -168,7 +168,7 @@ func (t *Tracker) Add(key, name string, d Dialer, disabled bool) *Record {
 		case disabled:
 			t.disable(r, "disabled in config", true)
 		case wasConfig:
-			t.enable(r, "enabled in config", false)
+			_ = t.enableAs(r, "enabled in config", false, true)
 		}
 		return r
 	}
