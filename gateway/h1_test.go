@@ -195,6 +195,9 @@ func TestH1BadRequests(t *testing.T) {
 		{"two Transfer-Encodings", "POST http://a.test/ HTTP/1.1\r\nHost: a.test\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n", 501, "unsupported Transfer-Encoding"},
 		{"HTTP/2 request line", "GET http://a.test/ HTTP/2.0\r\nHost: a.test\r\n\r\n", 505, "HTTP/1.1"},
 		{"HTTP/2 preface", "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 505, "HTTP/1.1"},
+		{"Expect other than 100-continue, no body", "GET http://127.0.0.1:9/ HTTP/1.1\r\nHost: 127.0.0.1:9\r\nExpect: magic\r\n\r\n", 417, "100-continue"},
+		{"Expect with another member", "GET http://127.0.0.1:9/ HTTP/1.1\r\nHost: 127.0.0.1:9\r\nExpect: 100-continue, magic\r\n\r\n", 417, "100-continue"},
+		{"Expect in a second field", "GET http://127.0.0.1:9/ HTTP/1.1\r\nHost: 127.0.0.1:9\r\nExpect: 100-continue\r\nExpect: magic\r\n\r\n", 417, "100-continue"},
 		{"Expect other than 100-continue", "POST http://a.test/ HTTP/1.1\r\nHost: a.test\r\nExpect: magic\r\nContent-Length: 3\r\n\r\nabc", 417, "100-continue"},
 		{"head too large", "GET http://a.test/ HTTP/1.1\r\nHost: a.test\r\nX-Big: " + strings.Repeat("z", 80<<10) + "\r\n\r\n", 431, "larger than 68 KiB"},
 	} {
