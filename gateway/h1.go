@@ -453,6 +453,12 @@ func (hc *h1Conn) serve() {
 			}
 			_, _ = hc.br.Discard(1)
 		}
+		// A connection's first byte tells a SOCKS5 or TLS client, which
+		// would otherwise wait out the head's deadline for a 408.
+		if b, err := hc.br.Peek(1); first && err == nil && (b[0] == socks5Version || b[0] == tlsHandshakeRecord) {
+			hc.refuseOtherProtocol(b[0])
+			return
+		}
 		hc.headAt = hc.lr.total.Load() - int64(hc.br.Buffered())
 		stray := straySink(hc.br)
 		req, err := http.ReadRequest(hc.br)

@@ -92,6 +92,42 @@ func requestParseError(err error) (int, string) {
 	return http.StatusBadRequest, "malformed request"
 }
 
+const (
+	// socks5Version is a SOCKS5 greeting's first byte (RFC 1928 section 3).
+	socks5Version = 0x05
+	// tlsHandshakeRecord is the first byte of a TLS ClientHello's record
+	// (RFC 8446 section 5.1, content type handshake).
+	tlsHandshakeRecord = 0x16
+)
+
+// refuseOtherProtocol answers a client whose first byte, first, says it
+// speaks SOCKS5 or TLS to the HTTP port (no HTTP method starts with
+// either byte), at once rather than after the handshake timeout with a
+// 408 it could not read. A SOCKS5 client gets 05 FF, "no acceptable
+// methods" (RFC 1928 section 3), the refusal every SOCKS5 client reads
+// whatever it offered; a TLS client is closed: no TLS alert could tell it
+// more than that the port does not speak TLS. As the SOCKS5 port does for
+// an HTTP client, a debug line names the port to use, and the refused
+// head counts as a handshake_error.
+func (hc *h1Conn) refuseOtherProtocol(first byte) {
+	s := hc.s
+	s.metrics.tunnelDone("http", "handshake_error")
+	var why string
+	if first == socks5Version {
+		why = "SOCKS5 client on the HTTP port: "
+		if addr := s.Addr("socks5"); addr != "" {
+			why += "use listen.socks5 " + addr
+		} else {
+			why += "rotor's SOCKS5 port is off (listen.socks5)"
+		}
+		_, _ = hc.bw.Write([]byte{socks5Version, 0xFF})
+		hc.lingerClose()
+	} else {
+		why = "TLS client on the HTTP port: it speaks plain HTTP (a proxy URL http://, not https://)"
+	}
+	s.log.Debug().Str("listener", "http").Str("client", hc.remote).Str(errField, why).Msg("bad request")
+}
+
 // plain writes a bare error answer, naming rotorErr in X-Rotor-Error with
 // reason as its body (as plainError does), and flushes; the connection
 // closes.

@@ -169,7 +169,7 @@ func TestH1BadRequests(t *testing.T) {
 		status    int
 		reason    string
 	}{
-		{"garbage", "\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03\r\n\r\n", 400, "malformed request line"},
+		{"garbage", "\x17\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03\r\n\r\n", 400, "malformed request line"},
 		{"invalid method", "G(T http://a.test/ HTTP/1.1\r\nHost: a.test\r\n\r\n", 400, "invalid method"},
 		{"bad version", "GET http://a.test/ HTTX/1.1\r\nHost: a.test\r\n\r\n", 400, "malformed HTTP version"},
 		{"bad target", "GET http://a.test/\x7f HTTP/1.1\r\nHost: a.test\r\n\r\n", 400, "malformed request target"},
