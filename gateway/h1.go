@@ -460,10 +460,13 @@ func (hc *h1Conn) serve() {
 			return
 		}
 		hc.headAt = hc.lr.total.Load() - int64(hc.br.Buffered())
-		stray := straySink(hc.br)
+		stray, long := straySink(hc.br)
 		req, err := http.ReadRequest(hc.br)
 		if err == nil && stray != "" && !restoreStray(&req.RequestURI, &req.URL, stray) {
 			err = errors.New("malformed request target")
+		}
+		if err != nil && long && longStray(err) {
+			err = fmt.Errorf("%w: %w", errLongStray, err)
 		}
 		// A head that used up the limit is too large whatever error the
 		// parser saw: a limit that cuts a short line in two makes a

@@ -77,12 +77,26 @@ var requestParseErrors = []struct {
 // http.ReadRequest refused with err: a header line that does not parse
 // (textproto.ProtocolError: "Host : x", no colon) and a request target
 // that does not (*url.Error) by type, the rest by requestParseErrors.
+//
+// A request line with a space too many ("GET  http://a/ HTTP/1.1", a
+// space in the target) is split by the parser at its first two spaces,
+// so that what it calls the version has a space in it: that is a
+// malformed request line (RFC 9112 section 3: method SP target SP
+// version), not a malformed version.
 func requestParseError(err error) (int, string) {
 	if errors.As(err, new(textproto.ProtocolError)) {
 		return http.StatusBadRequest, "malformed header line"
 	}
+	if errors.Is(err, errLongStray) {
+		return http.StatusBadRequest, "a request line over " + strconv.Itoa(h1BufSize>>10) +
+			" KiB with a '%' not followed by two hex digits in its path: encode it as %25"
+	}
 	if errors.As(err, new(*url.Error)) {
 		return http.StatusBadRequest, "malformed request target"
+	}
+	const badVersion = "malformed HTTP version "
+	if v, ok := strings.CutPrefix(err.Error(), badVersion); ok && strings.Contains(v, " ") {
+		return http.StatusBadRequest, "malformed request line"
 	}
 	for _, e := range requestParseErrors {
 		if strings.HasPrefix(err.Error(), e.prefix) {

@@ -170,6 +170,14 @@ func TestH1BadRequests(t *testing.T) {
 		reason    string
 	}{
 		{"garbage", "\x17\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03\r\n\r\n", 400, "malformed request line"},
+		// The parser splits at the first two spaces: a third one made it
+		// "malformed HTTP version".
+		{"two spaces after the method", "GET  http://a.test/ HTTP/1.1\r\nHost: a.test\r\n\r\n", 400, "malformed request line"},
+		{"space in the target", "GET http://a.test/a b HTTP/1.1\r\nHost: a.test\r\n\r\n", 400, "malformed request line"},
+		// A stray "%" is forwarded as sent in a line of up to 4 KiB.
+		{"stray percent in a line over 4 KiB", "GET http://a.test/50%-off/" + strings.Repeat("a", 4<<10) + " HTTP/1.1\r\nHost: a.test\r\n\r\n", 400,
+			"a request line over 4 KiB with a '%' not followed by two hex digits in its path: encode it as %25"},
+		{"stray percent in the host of a line over 4 KiB", "GET http://a%zz.test/" + strings.Repeat("a", 4<<10) + " HTTP/1.1\r\nHost: a.test\r\n\r\n", 400, "malformed request target"},
 		{"invalid method", "G(T http://a.test/ HTTP/1.1\r\nHost: a.test\r\n\r\n", 400, "invalid method"},
 		{"bad version", "GET http://a.test/ HTTX/1.1\r\nHost: a.test\r\n\r\n", 400, "malformed HTTP version"},
 		{"bad target", "GET http://a.test/\x7f HTTP/1.1\r\nHost: a.test\r\n\r\n", 400, "malformed request target"},
