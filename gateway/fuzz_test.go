@@ -235,7 +235,23 @@ func FuzzHTTPFront(f *testing.F) {
 			srv = ff.auth
 		}
 		got := ff.feed(t, srv, "http", data)
-		if len(got) > 0 && !bytes.HasPrefix(got, []byte("HTTP/1.")) {
+		// A SOCKS5 client (first byte 5, after up to 4 empty lines, as
+		// serve skips them) is answered in SOCKS5, a TLS client (0x16)
+		// closed without an answer; every other answer is HTTP.
+		lead := data
+		for i := 0; i < 4 && len(lead) > 0 && (lead[0] == '\r' || lead[0] == '\n'); i++ {
+			lead = lead[1:]
+		}
+		switch {
+		case len(lead) > 0 && lead[0] == socks5Version:
+			if len(got) > 0 && !bytes.Equal(got, []byte{5, 0xFF}) {
+				t.Errorf("SOCKS5 greeting answered %q, want 05 FF", got)
+			}
+		case len(lead) > 0 && lead[0] == tlsHandshakeRecord:
+			if len(got) > 0 {
+				t.Errorf("TLS record answered %q, want a close", got)
+			}
+		case len(got) > 0 && !bytes.HasPrefix(got, []byte("HTTP/1.")):
 			t.Errorf("answer is not HTTP: %q", got)
 		}
 		// Only a CONNECT success answers 200 on the proxy port, and no

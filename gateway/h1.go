@@ -453,11 +453,20 @@ func (hc *h1Conn) serve() {
 			}
 			_, _ = hc.br.Discard(1)
 		}
+		// A connection's first byte tells a SOCKS5 or TLS client, which
+		// would otherwise wait out the head's deadline for a 408.
+		if b, err := hc.br.Peek(1); first && err == nil && (b[0] == socks5Version || b[0] == tlsHandshakeRecord) {
+			hc.refuseOtherProtocol(b[0])
+			return
+		}
 		hc.headAt = hc.lr.total.Load() - int64(hc.br.Buffered())
-		stray := straySink(hc.br)
+		stray, long := straySink(hc.br)
 		req, err := http.ReadRequest(hc.br)
 		if err == nil && stray != "" && !restoreStray(&req.RequestURI, &req.URL, stray) {
 			err = errors.New("malformed request target")
+		}
+		if err != nil && long && longStray(err) {
+			err = fmt.Errorf("%w: %w", errLongStray, err)
 		}
 		// A head that used up the limit is too large whatever error the
 		// parser saw: a limit that cuts a short line in two makes a
@@ -508,6 +517,14 @@ func (hc *h1Conn) serveRequest(req *http.Request) bool {
 		}
 		return false
 	}
+	if !expectsOnlyContinue(req.Header) {
+		// RFC 9110 section 10.1.1: an expectation rotor cannot meet gets
+		// 417, with a body or without one; forwarded, a target would have
+		// to judge an expectation of the proxy's.
+		hc.plain(http.StatusExpectationFailed, "bad_request", "unsupported Expect: rotor knows only 100-continue")
+		hc.lingerClose()
+		return false
+	}
 	req.RemoteAddr = hc.remote
 	// Not derived from the server's context: registering with it would
 	// take its lock on every request. Shutdown cancels running requests
@@ -523,20 +540,8 @@ func (hc *h1Conn) serveRequest(req *http.Request) bool {
 	if req.Body == nil || req.Body == http.NoBody {
 		body.eof.Store(true)
 	} else {
-		if e := req.Header.Get("Expect"); e != "" {
-			if !strings.EqualFold(e, "100-continue") {
-				w.h.Set("Connection", "close")
-				w.h.Set("Content-Type", "text/plain; charset=utf-8")
-				w.h.Set("X-Rotor-Error", "bad_request")
-				w.WriteHeader(http.StatusExpectationFailed)
-				_, _ = w.Write([]byte("unsupported Expect: rotor knows only 100-continue\n"))
-				w.finish()
-				hc.lingerClose()
-				return false
-			}
-			if req.ProtoAtLeast(1, 1) {
-				body.w = w // "100 Continue" before the first read
-			}
+		if req.ProtoAtLeast(1, 1) && hasToken(req.Header, "Expect", "100-continue") {
+			body.w = w // "100 Continue" before the first read
 		}
 		req.Body = body
 	}
@@ -966,6 +971,21 @@ func (w *h1Writer) SetReadDeadline(t time.Time) error {
 func (w *h1Writer) SetWriteDeadline(t time.Time) error {
 	w.hc.sl.fixed.Store(!t.IsZero())
 	return w.hc.c.SetWriteDeadline(t)
+}
+
+// expectsOnlyContinue reports whether every expectation in h's Expect
+// fields is 100-continue, the only one RFC 9110 defines (section
+// 10.1.1), or there is none: all of the fields' list members count,
+// not only the first field's value.
+func expectsOnlyContinue(h http.Header) bool {
+	for _, v := range h["Expect"] {
+		for t := range strings.SplitSeq(v, ",") {
+			if t = strings.TrimSpace(t); t != "" && !strings.EqualFold(t, "100-continue") {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // hasToken reports whether header field name of h lists token

@@ -77,12 +77,26 @@ var requestParseErrors = []struct {
 // http.ReadRequest refused with err: a header line that does not parse
 // (textproto.ProtocolError: "Host : x", no colon) and a request target
 // that does not (*url.Error) by type, the rest by requestParseErrors.
+//
+// A request line with a space too many ("GET  http://a/ HTTP/1.1", a
+// space in the target) is split by the parser at its first two spaces,
+// so that what it calls the version has a space in it: that is a
+// malformed request line (RFC 9112 section 3: method SP target SP
+// version), not a malformed version.
 func requestParseError(err error) (int, string) {
 	if errors.As(err, new(textproto.ProtocolError)) {
 		return http.StatusBadRequest, "malformed header line"
 	}
+	if errors.Is(err, errLongStray) {
+		return http.StatusBadRequest, "a request line over " + strconv.Itoa(h1BufSize>>10) +
+			" KiB with a '%' not followed by two hex digits in its path: encode it as %25"
+	}
 	if errors.As(err, new(*url.Error)) {
 		return http.StatusBadRequest, "malformed request target"
+	}
+	const badVersion = "malformed HTTP version "
+	if v, ok := strings.CutPrefix(err.Error(), badVersion); ok && strings.Contains(v, " ") {
+		return http.StatusBadRequest, "malformed request line"
 	}
 	for _, e := range requestParseErrors {
 		if strings.HasPrefix(err.Error(), e.prefix) {
@@ -90,6 +104,42 @@ func requestParseError(err error) (int, string) {
 		}
 	}
 	return http.StatusBadRequest, "malformed request"
+}
+
+const (
+	// socks5Version is a SOCKS5 greeting's first byte (RFC 1928 section 3).
+	socks5Version = 0x05
+	// tlsHandshakeRecord is the first byte of a TLS ClientHello's record
+	// (RFC 8446 section 5.1, content type handshake).
+	tlsHandshakeRecord = 0x16
+)
+
+// refuseOtherProtocol answers a client whose first byte, first, says it
+// speaks SOCKS5 or TLS to the HTTP port (no HTTP method starts with
+// either byte), at once rather than after the handshake timeout with a
+// 408 it could not read. A SOCKS5 client gets 05 FF, "no acceptable
+// methods" (RFC 1928 section 3), the refusal every SOCKS5 client reads
+// whatever it offered; a TLS client is closed: no TLS alert could tell it
+// more than that the port does not speak TLS. As the SOCKS5 port does for
+// an HTTP client, a debug line names the port to use, and the refused
+// head counts as a handshake_error.
+func (hc *h1Conn) refuseOtherProtocol(first byte) {
+	s := hc.s
+	s.metrics.tunnelDone("http", "handshake_error")
+	var why string
+	if first == socks5Version {
+		why = "SOCKS5 client on the HTTP port: "
+		if addr := s.Addr("socks5"); addr != "" {
+			why += "use listen.socks5 " + addr
+		} else {
+			why += "rotor's SOCKS5 port is off (listen.socks5)"
+		}
+		_, _ = hc.bw.Write([]byte{socks5Version, 0xFF})
+		hc.lingerClose()
+	} else {
+		why = "TLS client on the HTTP port: it speaks plain HTTP (a proxy URL http://, not https://)"
+	}
+	s.log.Debug().Str("listener", "http").Str("client", hc.remote).Str(errField, why).Msg("bad request")
 }
 
 // plain writes a bare error answer, naming rotorErr in X-Rotor-Error with

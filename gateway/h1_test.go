@@ -169,7 +169,15 @@ func TestH1BadRequests(t *testing.T) {
 		status    int
 		reason    string
 	}{
-		{"garbage", "\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03\r\n\r\n", 400, "malformed request line"},
+		{"garbage", "\x17\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03\r\n\r\n", 400, "malformed request line"},
+		// The parser splits at the first two spaces: a third one made it
+		// "malformed HTTP version".
+		{"two spaces after the method", "GET  http://a.test/ HTTP/1.1\r\nHost: a.test\r\n\r\n", 400, "malformed request line"},
+		{"space in the target", "GET http://a.test/a b HTTP/1.1\r\nHost: a.test\r\n\r\n", 400, "malformed request line"},
+		// A stray "%" is forwarded as sent in a line of up to 4 KiB.
+		{"stray percent in a line over 4 KiB", "GET http://a.test/50%-off/" + strings.Repeat("a", 4<<10) + " HTTP/1.1\r\nHost: a.test\r\n\r\n", 400,
+			"a request line over 4 KiB with a '%' not followed by two hex digits in its path: encode it as %25"},
+		{"stray percent in the host of a line over 4 KiB", "GET http://a%zz.test/" + strings.Repeat("a", 4<<10) + " HTTP/1.1\r\nHost: a.test\r\n\r\n", 400, "malformed request target"},
 		{"invalid method", "G(T http://a.test/ HTTP/1.1\r\nHost: a.test\r\n\r\n", 400, "invalid method"},
 		{"bad version", "GET http://a.test/ HTTX/1.1\r\nHost: a.test\r\n\r\n", 400, "malformed HTTP version"},
 		{"bad target", "GET http://a.test/\x7f HTTP/1.1\r\nHost: a.test\r\n\r\n", 400, "malformed request target"},
@@ -195,6 +203,9 @@ func TestH1BadRequests(t *testing.T) {
 		{"two Transfer-Encodings", "POST http://a.test/ HTTP/1.1\r\nHost: a.test\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n", 501, "unsupported Transfer-Encoding"},
 		{"HTTP/2 request line", "GET http://a.test/ HTTP/2.0\r\nHost: a.test\r\n\r\n", 505, "HTTP/1.1"},
 		{"HTTP/2 preface", "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 505, "HTTP/1.1"},
+		{"Expect other than 100-continue, no body", "GET http://127.0.0.1:9/ HTTP/1.1\r\nHost: 127.0.0.1:9\r\nExpect: magic\r\n\r\n", 417, "100-continue"},
+		{"Expect with another member", "GET http://127.0.0.1:9/ HTTP/1.1\r\nHost: 127.0.0.1:9\r\nExpect: 100-continue, magic\r\n\r\n", 417, "100-continue"},
+		{"Expect in a second field", "GET http://127.0.0.1:9/ HTTP/1.1\r\nHost: 127.0.0.1:9\r\nExpect: 100-continue\r\nExpect: magic\r\n\r\n", 417, "100-continue"},
 		{"Expect other than 100-continue", "POST http://a.test/ HTTP/1.1\r\nHost: a.test\r\nExpect: magic\r\nContent-Length: 3\r\n\r\nabc", 417, "100-continue"},
 		{"head too large", "GET http://a.test/ HTTP/1.1\r\nHost: a.test\r\nX-Big: " + strings.Repeat("z", 80<<10) + "\r\n\r\n", 431, "larger than 68 KiB"},
 	} {
