@@ -194,7 +194,7 @@ func (s *Server) withEndpoint(h func(http.ResponseWriter, *http.Request, *upstre
 // selects (admin_list.go); X-Total-Count says how many matched before
 // offset and limit.
 func (s *Server) serveList(w http.ResponseWriter, r *http.Request) {
-	q, err := parseListQuery(r.URL.Query())
+	q, err := listQueryOf(r)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
