@@ -13,6 +13,13 @@ package gateway
 // GET and HEAD only: it lets the page and its refresh read, while every
 // state change (disable, enable, report) needs the Bearer header, so a
 // cross-site form cannot act with the operator's cookie.
+//
+// Other web pages in a browser on this machine reach a loopback listener
+// too (refuseForeign): a page may POST a text/plain body to any address
+// without a CORS preflight, and a DNS-rebinding page (its own name, later
+// resolved to 127.0.0.1) reads the answers as its own. So without a token
+// only a Host that no DNS answer decides is served, and no state change
+// is made for a page of another origin, token or not.
 
 import (
 	"crypto/sha256"
@@ -24,6 +31,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
@@ -69,7 +77,94 @@ func (s *Server) adminHandler() http.Handler {
 		mux.HandleFunc(path, methodNotAllowed(allow))
 	}
 	mux.HandleFunc("/", notFound)
-	return s.requireToken(mux)
+	return s.refuseForeign(s.requireToken(mux))
+}
+
+// refuseForeign answers 403 to what a web page of another site could send
+// through the operator's browser:
+//
+//   - without listen.admin_token, a request whose Host is not "localhost",
+//     a loopback address or the address the request arrived at. A
+//     DNS-rebinding page sends its own name (rebind.evil.example), which
+//     its owner's DNS server pointed at 127.0.0.1, and could then read the
+//     API as same-origin. An IP literal is never looked up, and
+//     "localhost" is answered by the browser or the hosts file, never by
+//     a page owner's DNS server: no other page is served under them. With a
+//     token the Host is not checked: an admin beyond loopback is reached
+//     by whatever name the operator gives it, and a page cannot learn the
+//     token. /healthz is left open as requireToken leaves it: it tells
+//     nothing, and orchestrators ask it by any name.
+//   - a state-changing request (not GET, HEAD or OPTIONS) from a browser
+//     page of another origin, token or not: Sec-Fetch-Site other than
+//     same-origin or none, or else an Origin whose host is not the Host
+//     (http.CrossOriginProtection). A client that sends neither header,
+//     as curl and scripts do, is not a browser page and passes.
+func (s *Server) refuseForeign(next http.Handler) http.Handler {
+	csrf := http.NewCrossOriginProtection()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.cfg.Load().Listen.AdminToken == "" && r.URL.Path != "/healthz" {
+			local, _ := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
+			if !adminHost(r.Host, local) {
+				writeError(w, http.StatusForbidden, "host "+quoteName(r.Host)+" is not this admin listener: without admin_token "+
+					"it answers to localhost and loopback addresses only (a page of another site could otherwise read it through a name it resolves here)")
+				return
+			}
+		}
+		if csrf.Check(r) != nil {
+			writeError(w, http.StatusForbidden, "cross-origin request refused: a "+r.Method+" from a browser page must come from "+
+				"this listener's own origin ("+foreignOrigin(r)+")")
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// foreignOrigin names what made refuseForeign take r for another site's.
+func foreignOrigin(r *http.Request) string {
+	if site := r.Header.Get("Sec-Fetch-Site"); site != "" {
+		return "Sec-Fetch-Site " + quoteName(site)
+	}
+	return "Origin " + quoteName(r.Header.Get("Origin")) + " is not host " + quoteName(r.Host)
+}
+
+// adminHost reports whether host, a request's Host, names the admin
+// listener without DNS: "localhost" (any case, trailing dot), a loopback
+// address (an IPv6 one in brackets), or local, the address the request
+// arrived at; each with or without a port. An empty Host (HTTP/1.0, sent
+// by no browser) passes.
+func adminHost(host string, local net.Addr) bool {
+	if host == "" {
+		return true
+	}
+	h, port, err := net.SplitHostPort(host)
+	if err != nil { // no port: "localhost", "[::1]"
+		h, port = host, ""
+		if strings.HasPrefix(h, "[") && strings.HasSuffix(h, "]") {
+			h = h[1 : len(h)-1]
+		}
+	}
+	if strings.Trim(port, "0123456789") != "" {
+		return false
+	}
+	h = strings.TrimSuffix(strings.ToLower(h), ".")
+	if h == "localhost" {
+		return true
+	}
+	a, err := netip.ParseAddr(h)
+	if err != nil {
+		return false
+	}
+	a = a.Unmap()
+	if a.IsLoopback() {
+		return true
+	}
+	ta, ok := local.(*net.TCPAddr)
+	if !ok {
+		return false
+	}
+	la, ok := netip.AddrFromSlice(ta.IP)
+	la = la.Unmap()
+	return ok && !la.IsUnspecified() && la == a.WithZone("")
 }
 
 // notFound answers 404 with a JSON error.
@@ -194,7 +289,7 @@ func (s *Server) withEndpoint(h func(http.ResponseWriter, *http.Request, *upstre
 // selects (admin_list.go); X-Total-Count says how many matched before
 // offset and limit.
 func (s *Server) serveList(w http.ResponseWriter, r *http.Request) {
-	q, err := parseListQuery(r.URL.Query())
+	q, err := listQueryOf(r)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return

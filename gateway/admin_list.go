@@ -9,7 +9,9 @@ package gateway
 // operator is looking at (a state, a search), while its totals stay whole.
 
 import (
+	"errors"
 	"fmt"
+	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
@@ -30,6 +32,25 @@ type listQuery struct {
 
 // listParams names the parameters parseListQuery knows, for its errors.
 const listParams = "state, reason, tag, q, offset, limit"
+
+// listQueryOf reads the list parameters of r's query string. One that
+// does not decode is refused: r.URL.Query() drops without a word what
+// url.ParseQuery cannot read (a bad escape as in "q=%zz", a ";" between
+// parameters), and what remains, often nothing, selected the whole pool.
+func listQueryOf(r *http.Request) (listQuery, error) {
+	v, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		var esc url.EscapeError
+		switch {
+		case errors.As(err, &esc):
+			return listQuery{}, fmt.Errorf("query: invalid escape %s: a %% starts two hex digits (%%25 for %% itself)", quoteName(string(esc)))
+		case strings.Contains(r.URL.RawQuery, ";"):
+			return listQuery{}, errors.New("query: parameters are separated by &, not ;")
+		}
+		return listQuery{}, fmt.Errorf("query: %w", err)
+	}
+	return parseListQuery(v)
+}
 
 // parseListQuery reads a list request's parameters. A parameter may be
 // repeated or hold a comma-separated list (state, reason, tag). Unknown

@@ -322,3 +322,43 @@ func TestAddedUpstreamsLogged(t *testing.T) {
 		t.Errorf("1 removed: want its line with the state it was in:\n%s", out)
 	}
 }
+
+// TestAdminListUndecodableQuery: a query string url.ParseQuery cannot read
+// (a bad percent escape, ";" between parameters) was dropped by
+// r.URL.Query(), and the list answered 200 with the whole pool; it is a
+// 400 naming the problem, on /api/upstreams and /api/status alike. The
+// status page still ignores what it cannot use (a person typed it).
+func TestAdminListUndecodableQuery(t *testing.T) {
+	f := newAdminFixture(t, adminConfig, fixedClock())
+	for _, tt := range []struct{ query, want string }{
+		{"q=%zz", `query: invalid escape "%zz"`},
+		{"state=cooling&q=%zz", `query: invalid escape "%zz"`},
+		{"q=dc%2", `query: invalid escape "%2"`},
+		{"limit=1;offset=0", `query: parameters are separated by &, not ;`},
+		{"state=cooling;disabled", `query: parameters are separated by &, not ;`},
+	} {
+		for _, path := range []string{"/api/upstreams", "/api/status"} {
+			t.Run(path+"?"+tt.query, func(t *testing.T) {
+				code, hdr, body := f.do(t, "GET", path+"?"+tt.query, "")
+				if code != http.StatusBadRequest {
+					t.Fatalf("%d (%d bytes, X-Total-Count %q); want 400 with %s", code, len(body), hdr.Get("X-Total-Count"), tt.want)
+				}
+				assertJSONError(t, hdr, body)
+				var e struct{ Error string }
+				if _ = json.Unmarshal([]byte(body), &e); !strings.HasPrefix(e.Error, tt.want) {
+					t.Fatalf("error %q; want %s", e.Error, tt.want)
+				}
+				if hdr.Get("X-Total-Count") != "" {
+					t.Errorf("X-Total-Count %q on a refused query", hdr.Get("X-Total-Count"))
+				}
+			})
+		}
+	}
+	// Good escapes still decode: "dc%2D1" is q=dc-1.
+	if code, hdr, body := f.do(t, "GET", "/api/upstreams?q=dc%2D1", ""); code != http.StatusOK || hdr.Get("X-Total-Count") != "1" {
+		t.Errorf("?q=dc%%2D1: %d X-Total-Count %q %s; want 200 and dc-1 alone", code, hdr.Get("X-Total-Count"), body)
+	}
+	if code, _, body := f.do(t, "GET", "/?q=%zz", ""); code != http.StatusOK {
+		t.Errorf("status page /?q=%%zz: %d %s; want 200 (the page ignores what it cannot use)", code, body)
+	}
+}

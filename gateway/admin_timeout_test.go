@@ -23,7 +23,7 @@ func TestAdminBodyBounded(t *testing.T) {
 	srv, _ := startGateway(t, "[listen]\nsocks5 = \"127.0.0.1:0\"\nhttp = \"\"\nadmin = \"127.0.0.1:0\"\nhandshake_timeout = \"1s\"\n"+
 		"[[upstream]]\nurl = \"direct://\"\nname = \"d\"\n")
 	admin := srv.Addr("admin")
-	const head = "POST /api/upstreams/d/report HTTP/1.1\r\nHost: rotor\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n"
+	const head = "POST /api/upstreams/d/report HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n"
 	held := make([]net.Conn, 3)
 	for i := range held {
 		c, err := net.Dial("tcp", admin)

@@ -239,7 +239,7 @@ func (s *Server) status(q listQuery) statusJSON {
 }
 
 func (s *Server) serveAPIStatus(w http.ResponseWriter, r *http.Request) {
-	q, err := parseListQuery(r.URL.Query())
+	q, err := listQueryOf(r)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
