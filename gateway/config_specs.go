@@ -103,6 +103,13 @@ func (c *Config) listSpecs(specs *[]upstream.Spec, origins *[]origin) ([]ListCou
 			unreadable = append(unreadable, ConfigError{File: c.path, Line: c.elemKey("upstream_file", i, "path"), Msg: "upstream_file: " + err.Error()})
 			continue
 		}
+		// A directory opens, and its first read fails: that was reported
+		// as a bad line 1 of it and then as a list with no upstreams.
+		if info, err := fh.Stat(); err == nil && info.IsDir() {
+			fh.Close()
+			unreadable = append(unreadable, ConfigError{File: c.path, Line: c.elemKey("upstream_file", i, "path"), Msg: "upstream_file: " + path + " is a directory, not a list file"})
+			continue
+		}
 		scheme := f.Scheme
 		if scheme == "" {
 			scheme = "http"
