@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/BurntSushi/toml"
 	"github.com/rs/zerolog"
 
 	"github.com/rotor-proxy/rotor/upstream"
@@ -309,13 +310,29 @@ func CheckConfig(path string) error {
 	}
 	c, errs := parseConfig(path, data)
 	if c != nil {
-		// An unreadable list file is an error of this file, in line
-		// order with the others; then the list files' own problems.
+		// An unreadable list file and a state_file that cannot be
+		// written are errors of this file, in line order with the
+		// others; then the list files' own problems.
 		unreadable, lists := c.listErrors()
-		errs = append(append(errs, unreadable...).sorted(), lists...)
+		errs = append(append(append(errs, unreadable...), c.stateFileErrors()...).sorted(), lists...)
 	}
 	if len(errs) > 0 {
 		return errs
+	}
+	return nil
+}
+
+// stateFileErrors is -check's error for a state_file rotor could never
+// write (stateFileError), at its line, or nil. A start only warns (rotor
+// runs without persistence) and a reload cannot change state_file, so
+// only -check fails on it.
+func (c *Config) stateFileErrors() ConfigErrors {
+	path := c.statePath()
+	if path == "" {
+		return nil
+	}
+	if err := stateFileError(path); err != nil {
+		return ConfigErrors{{File: c.path, Line: c.lines.key(toml.Key{"state_file"}), Msg: "state_file " + path + " cannot be written: " + err.Error()}}
 	}
 	return nil
 }
