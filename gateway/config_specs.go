@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/BurntSushi/toml"
 	"github.com/rs/zerolog"
 
 	"github.com/rotor-proxy/rotor/upstream"
@@ -101,6 +102,13 @@ func (c *Config) listSpecs(specs *[]upstream.Spec, origins *[]origin) ([]ListCou
 		fh, err := os.Open(path)
 		if err != nil {
 			unreadable = append(unreadable, ConfigError{File: c.path, Line: c.elemKey("upstream_file", i, "path"), Msg: "upstream_file: " + err.Error()})
+			continue
+		}
+		// A directory opens, and its first read fails: that was reported
+		// as a bad line 1 of it and then as a list with no upstreams.
+		if info, err := fh.Stat(); err == nil && info.IsDir() {
+			fh.Close()
+			unreadable = append(unreadable, ConfigError{File: c.path, Line: c.elemKey("upstream_file", i, "path"), Msg: "upstream_file: " + path + " is a directory, not a list file"})
 			continue
 		}
 		scheme := f.Scheme
@@ -302,13 +310,29 @@ func CheckConfig(path string) error {
 	}
 	c, errs := parseConfig(path, data)
 	if c != nil {
-		// An unreadable list file is an error of this file, in line
-		// order with the others; then the list files' own problems.
+		// An unreadable list file and a state_file that cannot be
+		// written are errors of this file, in line order with the
+		// others; then the list files' own problems.
 		unreadable, lists := c.listErrors()
-		errs = append(append(errs, unreadable...).sorted(), lists...)
+		errs = append(append(append(errs, unreadable...), c.stateFileErrors()...).sorted(), lists...)
 	}
 	if len(errs) > 0 {
 		return errs
+	}
+	return nil
+}
+
+// stateFileErrors is -check's error for a state_file rotor could never
+// write (stateFileError), at its line, or nil. A start only warns (rotor
+// runs without persistence) and a reload cannot change state_file, so
+// only -check fails on it.
+func (c *Config) stateFileErrors() ConfigErrors {
+	path := c.statePath()
+	if path == "" {
+		return nil
+	}
+	if err := stateFileError(path); err != nil {
+		return ConfigErrors{{File: c.path, Line: c.lines.key(toml.Key{"state_file"}), Msg: "state_file " + path + " cannot be written: " + err.Error()}}
 	}
 	return nil
 }

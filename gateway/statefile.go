@@ -19,6 +19,9 @@ package gateway
 // parsed is renamed aside to <file>.corrupt-<timestamp> and start-up goes
 // on without it; when it cannot be set aside, rotor does not write the
 // state file at all rather than destroy what an operator may want back.
+// A path rotor could never write (its directory is a file, cannot be made
+// or takes no new file) is a -check error at state_file's line; a start
+// says so in one warning and runs without persistence (stateDirError).
 // A record that cannot be read in a file that can is skipped with a
 // warning naming its line: the others, operator disables included, are
 // restored.
@@ -32,6 +35,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/rotor-proxy/rotor/health"
@@ -64,16 +68,18 @@ type stateFile struct {
 	writeMu sync.Mutex // serialises writes
 	// writeMu guards the fields below.
 	lastRecords []byte // records part of the last write, to skip unchanged ones
-	lastErr     string // last write error logged, to log each new one once
+	lastErr     string // last write error logged (or said at start), to log each new one once
 
 	mu sync.Mutex
 	// mu guards the fields below.
-	path    string
-	blocked bool // a corrupt or unreadable file is in the way: never write
-	started bool
-	stopped bool
-	stop    chan struct{}
-	done    chan struct{}
+	path string
+	// blockedBy is why a file in the way (corrupt and not set aside, or
+	// unreadable) is never written over; nil: writes go ahead.
+	blockedBy error
+	started   bool
+	stopped   bool
+	stop      chan struct{}
+	done      chan struct{}
 }
 
 func (f *stateFile) init() { f.wake = make(chan struct{}, 1) }
@@ -175,6 +181,23 @@ func (s *Server) startStateFile() {
 	if err := s.loadState(); err != nil {
 		s.log.Error().Err(err).Str("path", path).Msg("state file not restored")
 	}
+	sf.mu.Lock()
+	blockedBy := sf.blockedBy
+	sf.mu.Unlock()
+	// What start-up says is said once: the writes that fail the same way
+	// say nothing more (writeState), until the cause changes or a write
+	// succeeds. Rotor runs on without persistence, as it did, and writes
+	// once it can.
+	said := ""
+	if blockedBy != nil {
+		said = stateBlocked(path, blockedBy).Error() // "not restored … (it will not be written)" said it
+	} else if err := stateDirError(path); err != nil {
+		said = stateUnwritable(path, err).Error()
+		s.log.Warn().Str(errField, said).Str("path", path).Msg("state file cannot be written: upstream records will not survive a restart")
+	}
+	sf.writeMu.Lock()
+	sf.lastErr = said
+	sf.writeMu.Unlock()
 	s.wg.Add(1)
 	go func() { // owner: Server; ends on stopStateFile or when s.ctx is cancelled
 		defer s.wg.Done()
@@ -248,9 +271,10 @@ func (s *Server) stateLoop(sf *stateFile) {
 }
 
 // writeState is saveState for the writer loop: errors are logged, each
-// distinct one once.
+// distinct one once (a failure repeating at every write says nothing
+// new), and the first write after failures says the file is written again.
 func (s *Server) writeState() {
-	err := s.saveState()
+	wrote, err := s.writeStateFile()
 	sf := &s.metrics.persist
 	sf.writeMu.Lock()
 	msg := ""
@@ -258,11 +282,29 @@ func (s *Server) writeState() {
 		msg = err.Error()
 	}
 	report := msg != "" && msg != sf.lastErr
-	sf.lastErr = msg
-	sf.writeMu.Unlock()
-	if report {
-		s.log.Error().Str(errField, msg).Msg("state file not written")
+	recovered := wrote && sf.lastErr != ""
+	if err != nil || wrote {
+		sf.lastErr = msg
 	}
+	sf.writeMu.Unlock()
+	switch {
+	case report:
+		s.log.Error().Str(errField, msg).Msg("state file not written")
+	case recovered:
+		s.log.Info().Str("path", s.statePathInUse()).Msg("state file written again")
+	}
+}
+
+// statePathInUse is the state file the writer writes.
+func (s *Server) statePathInUse() string {
+	sf := &s.metrics.persist
+	sf.mu.Lock()
+	path := sf.path
+	sf.mu.Unlock()
+	if path == "" {
+		path = s.cfg.Load().statePath()
+	}
+	return path
 }
 
 // removedSecrets holds the passwords of upstreams that left the config,
@@ -321,25 +363,27 @@ func (rs *removedSecrets) scrubbers(gone []health.Removed) []func(string) string
 	return out
 }
 
-// errStateBlocked is returned by saveState when a file that could not be
-// read or set aside occupies the path.
-var errStateBlocked = errors.New("state file: not writing over a file that could not be read or set aside")
-
 // saveState writes every record to the state file atomically. It writes
 // nothing when the records are unchanged since the last write.
 func (s *Server) saveState() error {
+	_, err := s.writeStateFile()
+	return err
+}
+
+// writeStateFile is saveState, also reporting whether it wrote the file.
+func (s *Server) writeStateFile() (wrote bool, err error) {
 	sf := &s.metrics.persist
 	sf.mu.Lock()
-	path, blocked := sf.path, sf.blocked
+	path, blockedBy := sf.path, sf.blockedBy
 	sf.mu.Unlock()
 	if path == "" {
 		path = s.cfg.Load().statePath()
 	}
 	if path == "" {
-		return nil
+		return false, nil
 	}
-	if blocked {
-		return errStateBlocked
+	if blockedBy != nil {
+		return false, stateBlocked(path, blockedBy)
 	}
 	eps := s.pool.Endpoints()
 	recs := make([]stateRecord, 0, len(eps))
@@ -360,12 +404,12 @@ func (s *Server) saveState() error {
 		body = append(append(body, ",\n  \"removed\": "...), more...)
 	}
 	if err != nil {
-		return fmt.Errorf("state file: encode: %w", err)
+		return false, fmt.Errorf("state file: encode: %w", err)
 	}
 	sf.writeMu.Lock()
 	defer sf.writeMu.Unlock()
 	if bytes.Equal(body, sf.lastRecords) {
-		return nil
+		return false, nil
 	}
 	// Assembled by hand so the records' bytes compared above are the ones
 	// written.
@@ -375,10 +419,109 @@ func (s *Server) saveState() error {
 	doc.Write(body)
 	doc.WriteString("\n}\n")
 	if err := writeFileAtomic(path, doc.Bytes(), 0o600); err != nil {
-		return fmt.Errorf("state file %s: %w", path, err)
+		// The directory's problem, when it has one, is the cause to
+		// name (the failed step would be "mkdir …" or "open
+		// .rotor-state.json.tmp-123…", a name new at every write).
+		if derr := stateDirError(path); derr != nil {
+			return false, stateUnwritable(path, derr)
+		}
+		return false, fmt.Errorf("state file %s: %w", path, err)
 	}
 	sf.lastRecords = body
+	return true, nil
+}
+
+// stateBlocked is the error of a write refused because of what is at
+// path (blockState).
+func stateBlocked(path string, why error) error {
+	return fmt.Errorf("state file %s not written: %w", path, why)
+}
+
+// stateUnwritable is the error of a state file at path that cannot be
+// written because of its directory (stateDirError).
+func stateUnwritable(path string, dirErr error) error {
+	return fmt.Errorf("state file %s cannot be written: %w", path, dirErr)
+}
+
+// stateDirError reports why no state file can be written at path, or
+// nil: the directory it goes in, or when that is missing the nearest of
+// its parents that exists (writeFileAtomic makes the rest), is not a
+// directory, cannot be looked at, or takes no new file (ownership, mode,
+// a read-only mount). It tries as each write does, creating and removing
+// a temporary file there, so that whatever decides for the writer
+// (ACLs, root, a read-only mount) decides here too.
+func stateDirError(path string) error {
+	dir := filepath.Dir(path)
+	at := dir
+	for {
+		info, err := os.Stat(at)
+		if err == nil {
+			if !info.IsDir() {
+				return fmt.Errorf("%s is not a directory", at)
+			}
+			break
+		}
+		// ENOTDIR: a parent of at is a file, found further up.
+		if !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR) {
+			return fmt.Errorf("directory %s cannot be looked at: %w", at, pathCause(err))
+		}
+		up := filepath.Dir(at)
+		if up == at {
+			return fmt.Errorf("directory %s: %w", at, pathCause(err))
+		}
+		at = up
+	}
+	f, err := os.CreateTemp(at, ".rotor-check-*")
+	if err != nil {
+		if at != dir {
+			return fmt.Errorf("directory %s does not exist and cannot be made in %s: %w", dir, at, pathCause(err))
+		}
+		return fmt.Errorf("cannot create a file in directory %s: %w", dir, pathCause(err))
+	}
+	name := f.Name()
+	_ = f.Close()
+	_ = os.Remove(name)
 	return nil
+}
+
+// stateFileError is -check's look at a state file at path: what would
+// keep rotor from ever writing it, or nil. Besides stateDirError's
+// reasons, a directory at path, or a file there that cannot be read
+// (rotor neither restores nor writes over one: loadState).
+func stateFileError(path string) error {
+	info, err := os.Stat(path)
+	switch {
+	case err == nil && info.IsDir():
+		return errors.New("it is a directory")
+	case err == nil:
+		f, err := os.Open(path)
+		if err != nil {
+			return fmt.Errorf("it exists and cannot be read (%w): rotor would neither restore it nor write over it", pathCause(err))
+		}
+		_ = f.Close()
+	}
+	if derr := stateDirError(path); derr != nil {
+		return derr
+	}
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("it cannot be looked at: %w", pathCause(err))
+	}
+	return nil
+}
+
+// pathCause is the cause of a *fs.PathError or *os.LinkError without the
+// path, for a message that names the path its own way (or not at all:
+// a temporary file's name changes at every write).
+func pathCause(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	var le *os.LinkError
+	if errors.As(err, &le) {
+		return le.Err
+	}
+	return err
 }
 
 // encodeRecords writes recs as a JSON array with one compact record per
@@ -470,18 +613,27 @@ func (s *Server) loadState() error {
 		return nil
 	}
 	data, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
+	// ENOTDIR: a parent is a file, so there is no state file to restore
+	// or to keep from being written over. That it cannot be written is
+	// stateDirError's to say (it was "not restored: … (it will not be
+	// written)", and then every write blamed "a file that could not be
+	// read or set aside" that was not there).
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
 		return nil
 	}
 	if err != nil {
-		s.blockState()
+		why := fmt.Errorf("it could not be read at start (%w), and rotor does not write over what it could not read", pathCause(err))
+		if info, serr := os.Stat(path); serr == nil && info.IsDir() {
+			why = errors.New("it is a directory")
+		}
+		s.blockState(why)
 		return fmt.Errorf("state file %s: %w (it will not be written)", path, err)
 	}
 	doc, err := parseState(data)
 	if err != nil {
 		aside, rerr := s.setAside(path)
 		if rerr != nil {
-			s.blockState()
+			s.blockState(fmt.Errorf("it is corrupt and could not be set aside (%w), and rotor does not write over it", pathCause(rerr)))
 			return fmt.Errorf("state file %s is corrupt (%v) and could not be set aside: %w (it will not be written)", path, err, rerr)
 		}
 		return fmt.Errorf("state file %s is corrupt (%v): moved to %s; starting with fresh records", path, err, aside)
@@ -533,11 +685,12 @@ func (s *Server) loadState() error {
 	return nil
 }
 
-// blockState stops every later write to the state file.
-func (s *Server) blockState() {
+// blockState stops every later write to the state file, for the reason
+// why (what each refused write says).
+func (s *Server) blockState(why error) {
 	sf := &s.metrics.persist
 	sf.mu.Lock()
-	sf.blocked = true
+	sf.blockedBy = why
 	sf.mu.Unlock()
 }
 
@@ -572,7 +725,7 @@ func writeFileAtomic(path string, data []byte, perm os.FileMode) (err error) {
 	}
 	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
-		return err
+		return fmt.Errorf("create a temporary file in %s: %w", dir, pathCause(err))
 	}
 	tmp := f.Name()
 	defer func() {
@@ -581,20 +734,25 @@ func writeFileAtomic(path string, data []byte, perm os.FileMode) (err error) {
 			_ = os.Remove(tmp)
 		}
 	}()
+	// The errors leave out the temporary file's name, new at every write,
+	// so that writeState can tell a failure repeating from a new one.
+	step := func(what string, e error) error {
+		return fmt.Errorf("%s the temporary file in %s: %w", what, dir, pathCause(e))
+	}
 	if err = f.Chmod(perm); err != nil {
-		return err
+		return step("chmod", err)
 	}
 	if _, err = f.Write(data); err != nil {
-		return err
+		return step("write", err)
 	}
 	if err = f.Sync(); err != nil {
-		return err
+		return step("sync", err)
 	}
 	if err = f.Close(); err != nil {
-		return err
+		return step("close", err)
 	}
 	if err = os.Rename(tmp, path); err != nil {
-		return err
+		return fmt.Errorf("rename the temporary file over %s: %w", path, pathCause(err))
 	}
 	return syncDir(dir)
 }

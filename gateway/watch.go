@@ -216,10 +216,12 @@ func absPath(p string) string {
 	return p
 }
 
-// logReloadError logs a rejected reload. Several problems (a config with
-// several errors, or a joined error) are logged one per line, error being
-// FILE:LINE: message, then the rejection with their count: no log line
-// holds a multi-line string.
+// logReloadError logs a rejected reload: each problem (of a config with
+// errors, or of a joined error) on its own "config error" line, error
+// being FILE:LINE: message, then the rejection with their count, so no
+// log line holds a multi-line string. One problem is logged the same way
+// (it was the rejection line's error, with no count, and a search for
+// "config error" missed it).
 func logReloadError(log zerolog.Logger, err error) {
 	var msgs []string
 	var ces ConfigErrors
@@ -231,10 +233,6 @@ func logReloadError(log zerolog.Logger, err error) {
 		for _, e := range leafErrors(err) {
 			msgs = append(msgs, e.Error())
 		}
-	}
-	if len(msgs) == 1 {
-		log.Error().Str(errField, msgs[0]).Msg("reload rejected: keeping the running config")
-		return
 	}
 	for _, m := range msgs {
 		log.Error().Str(errField, m).Msg("config error")
