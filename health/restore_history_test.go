@@ -71,3 +71,35 @@ func TestRestoreRecordsNoTransition(t *testing.T) {
 		})
 	}
 }
+
+// TestRestoreBoundsSavedDeadline: a saved cooling deadline further away
+// than its class's max cooldown (a file written by a clock far ahead, or
+// edited) cools for the max from the restore, as do per-target cooldowns.
+// Bug: a deadline five years ahead kept the upstream out for five years.
+func TestRestoreBoundsSavedDeadline(t *testing.T) {
+	cfg := Config{StartEligible: true, Cooldown: CooldownConfig{Jitter: -1, Refused: ClassPolicy{Base: time.Second, Max: 20 * time.Second}}}
+	a, clk := newFakeTracker(t, cfg)
+	r := a.Add("k", "up", nil, false)
+	a.Fail(r, &Failure{Class: Refused, Stage: StageDial})
+	saved := a.Export()[0]
+	far := clk.Now().Add(5 * 365 * 24 * time.Hour).UTC()
+	saved.Until = far
+	saved.Targets = []TargetCooldown{{Host: "shop.example", Reason: Refused, Stage: StageTargetConnect, Until: far, Streak: 1}}
+
+	b := NewTracker(cfg, clk, a.log)
+	b.Add("k", "up", nil, false)
+	if !b.Restore("k", saved) {
+		t.Fatal("Restore = false")
+	}
+	got := b.Snapshot(b.Lookup("k"))
+	if limit := clk.Now().Add(20 * time.Second); got.State != Cooling || got.Until.After(limit) {
+		t.Fatalf("restored %v until %v, want cooling until at most %v", got.State, got.Until, limit)
+	}
+	if len(got.Targets) != 1 || got.Targets[0].Until.After(clk.Now().Add(20*time.Second)) {
+		t.Errorf("per-target cooldowns %+v, want shop.example until at most the max from now", got.Targets)
+	}
+	clk.Advance(20 * time.Second)
+	if s := b.Snapshot(b.Lookup("k")).State; s != ProbeAllowed {
+		t.Errorf("after the max: %v, want probe_allowed", s)
+	}
+}

@@ -1,6 +1,7 @@
 package health
 
 import (
+	"fmt"
 	"time"
 )
 
@@ -241,7 +242,8 @@ func (t *Tracker) Restore(key string, s Snapshot) bool {
 func (t *Tracker) restore(r *Record, s Snapshot, detail string, keepEligible bool) bool {
 	now := t.clock.Now()
 	wnow := wall(now)
-	maxTargets := t.settings().cfg.MaxTargets
+	st := t.settings()
+	maxTargets, pol := st.cfg.MaxTargets, st.policy
 	var e effects
 	r.mu.Lock()
 	if r.removed {
@@ -276,8 +278,12 @@ func (t *Tracker) restore(r *Record, s Snapshot, detail string, keepEligible boo
 			if r.targets == nil {
 				r.targets = map[string]*targetCooldown{}
 			}
+			until := tc.Until
+			if m := pol.For(tc.Reason).Max; left > m {
+				left, until = m, wnow.Add(m) // as the record's deadline below
+			}
 			r.targets[tc.Host] = &targetCooldown{host: tc.Host, reason: tc.Reason, stage: tc.Stage,
-				deadline: now.Add(left), until: tc.Until, set: now, streak: tc.Streak}
+				deadline: now.Add(left), until: until, set: now, streak: tc.Streak}
 			e.items = append(e.items, item{at: now.Add(left), rec: r, kind: kindTarget})
 		}
 	}
@@ -293,6 +299,14 @@ func (t *Tracker) restore(r *Record, s Snapshot, detail string, keepEligible boo
 		}
 	case s.State == Cooling && left > 0:
 		r.deadline, r.until = now.Add(left), s.Until
+		if m := pol.For(s.Reason).Max; left > m {
+			// Written by a clock far ahead, or edited: no saved deadline
+			// parks an upstream longer than its class's max cooldown
+			// (bug: a state file with a deadline five years ahead kept
+			// the upstream out for five years).
+			r.deadline, r.until = now.Add(m), wnow.Add(m)
+			detail += fmt.Sprintf("; its saved deadline %s was %s away, cut to the %s max cooldown", s.Until.Format(time.RFC3339), left.Round(time.Second), s.Reason)
+		}
 		t.restoreState(r, now, Cooling, s.Reason, s.Stage, detail, &e)
 		e.items = append(e.items, item{at: r.deadline, rec: r, epoch: r.epoch, kind: kindProbe})
 	case s.State == Eligible && keepEligible:
