@@ -217,7 +217,10 @@ const maxTargetFails = 32
 //
 // The rule is weighed at r's failures only (SuccessTarget stays cheap), so
 // a proxy that fails hosts others reach later cools at its next target
-// failure in the window.
+// failure in the window. The cooling counts as one upstream_error failure
+// at target_connect, besides the target failure that set it off: it is
+// the record's reason and stage, and failures, failures_by_stage and the
+// failure metrics (read from Stats) show it as any other cooling.
 func (t *Tracker) targetRule(s *settings, r *Record, now time.Time, target string, e *effects) {
 	if s.cfg.TargetRuleHosts < 0 || targetHost(target) == target { // no port
 		return
@@ -253,6 +256,7 @@ func (t *Tracker) targetRule(s *settings, r *Record, now time.Time, target strin
 		return
 	}
 	r.targetFails = nil
+	r.countFailure(UpstreamError, StageTargetConnect, 1)
 	r.consec[UpstreamError]++
 	r.pending.Store(true)
 	detail := fmt.Sprintf("target failures for %d hosts that other upstreams reach at the same port", n)

@@ -1,6 +1,7 @@
 package health
 
 import (
+	"slices"
 	"testing"
 	"time"
 )
@@ -120,5 +121,41 @@ func TestTargetRuleNeedsReachAfterFailure(t *testing.T) {
 				t.Errorf("reason %v stage %v, want upstream_error target_connect", s.Reason, s.Stage)
 			}
 		})
+	}
+}
+
+// TestTargetRuleCountsFailure: a cooling by the target rule is one
+// upstream_error failure at target_connect, like any other cooling. Issue:
+// the record showed reason upstream_error, stage target_connect and two
+// history entries, but failures, failures_by_stage and the failure
+// metrics (read from Stats) never counted it.
+func TestTargetRuleCountsFailure(t *testing.T) {
+	tf := func(target string) *Failure {
+		return &Failure{Class: TargetUnreachable, Stage: StageTargetConnect, Target: target}
+	}
+	tr, _ := newFakeTracker(t, Config{StartEligible: true})
+	bad := tr.Add("bad", "bad", nil, false)
+	good := tr.Add("good", "good", nil, false)
+	for _, h := range []string{"a.example:443", "b.example:443"} {
+		tr.Fail(bad, tf(h))
+		tr.SuccessTarget(good, h)
+	}
+	tr.Fail(bad, tf("c.example:443"))
+	s := tr.Snapshot(bad)
+	if s.State != Cooling || s.Reason != UpstreamError || s.Stage != StageTargetConnect {
+		t.Fatalf("%v %v/%v, want cooling upstream_error/target_connect", s.State, s.Reason, s.Stage)
+	}
+	want := []FailureCount{
+		{Class: UpstreamError, Stage: StageTargetConnect, N: 1},
+		{Class: TargetUnreachable, Stage: StageTargetConnect, N: 3},
+	}
+	if !slices.Equal(s.Counts, want) {
+		t.Errorf("Snapshot.Counts = %+v, want %+v", s.Counts, want)
+	}
+	if s.Failures[UpstreamError] != 1 || s.Stages[StageTargetConnect] != 4 {
+		t.Errorf("Failures %v Stages %v, want upstream_error 1 and target_connect 4", s.Failures, s.Stages)
+	}
+	if got := tr.Stats(bad, nil).Counts; !slices.Equal(got, want) {
+		t.Errorf("Stats.Counts (the metrics) = %+v, want %+v", got, want)
 	}
 }
