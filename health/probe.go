@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -36,6 +37,13 @@ type probeSpec struct {
 	expect  []int
 	body    []byte
 	timeout time.Duration
+	// seenKey is addr as tunnels file it (lower case), for asking the
+	// target table whether client traffic reached it.
+	seenKey string
+	// target is what the probes tell of the probe target itself. The
+	// spec is immutable; target is the one mutable part, and a reload
+	// (a new spec) starts it afresh.
+	target *probeTarget
 }
 
 // newProbeSpec parses c (defaults filled). It returns nil, nil when no URL
@@ -65,6 +73,8 @@ func newProbeSpec(c ProbeConfig) (*probeSpec, error) {
 		}
 	}
 	p.addr = net.JoinHostPort(p.host, port)
+	p.seenKey = strings.ToLower(p.addr)
+	p.target = &probeTarget{}
 	if p.tls {
 		if c.TLS != nil {
 			p.tlsConf = c.TLS.Clone()
@@ -199,12 +209,89 @@ type StatusError struct{ StatusCode int }
 // Error returns "probe status N".
 func (e *StatusError) Error() string { return "probe status " + strconv.Itoa(e.StatusCode) }
 
+// probeTarget tells whether the probe target itself seems down. Issue:
+// with probe.url's target down, every probe failed at the target
+// (target_connect: target_unreachable, as the upstream reported it) and
+// counted as the upstream's, so each upstream's cooldown grew towards max
+// and permanent_after disabled it, although nothing said the upstreams
+// were at fault. classifyProbe's premise, that other upstreams reach the
+// probe target, is checked here.
+//
+// The target is taken for down when probes through two upstreams in a row
+// failed at the target with nothing reaching it in between (no passing
+// probe, no client tunnel to its host:port): one upstream alone failing
+// there may be a proxy that reaches no target at all, and stays its own
+// fault. While the target is down, failures at it cool at the base
+// cooldown and count towards no permanent_after (see runProbe); the first
+// passing probe ends it. Probe results are far rarer than tunnels, so a
+// mutex is enough.
+type probeTarget struct {
+	mu sync.Mutex
+	// mu guards the fields below.
+	// failed holds the latest probes that failed at the target since the
+	// last passing one, through distinct records, the latest first.
+	failed [2]seenBy
+	down   bool
+}
+
+// probeTargetKeep bounds how long a probe's failure at the target stands
+// for the target's state under policy p: twice the longest base cooldown
+// of the classes such a failure cools with, and at least 10 minutes, so
+// records held at the base cooldown are probed again well within it; a
+// failure older than that (the other upstream since removed or disabled)
+// no longer says the target is down.
+func probeTargetKeep(p Policy) time.Duration {
+	return max(10*time.Minute, 2*max(p.For(Timeout).Base, p.For(UpstreamError).Base))
+}
+
+// weigh records the outcome err of a probe through r at now and returns
+// whether the probe target is taken for down for this probe, and whether
+// that changed (for the caller to log after every lock). reached reports
+// whether client traffic reached the target's host:port since a time. A
+// probe that failed short of the target (dial, handshake, auth) tells
+// nothing of it and changes nothing.
+func (pt *probeTarget) weigh(r *Record, err error, now time.Time, keep time.Duration, reached func(since time.Time) bool) (down, changed bool) {
+	pt.mu.Lock()
+	defer pt.mu.Unlock()
+	was := pt.down
+	switch {
+	case err == nil:
+		pt.failed = [2]seenBy{}
+		pt.down = false
+	case !failedAtTarget(err):
+		return false, false
+	default:
+		other := pt.failed[0]
+		if other.rec == r {
+			other = pt.failed[1]
+		}
+		pt.failed = [2]seenBy{{rec: r, at: now}, other}
+		if other.rec == nil || now.Sub(other.at) >= keep {
+			// Only r fails there lately: its own fault as far as anyone
+			// can tell. The target's state stands until evidence ends it.
+			return false, false
+		}
+		down = !reached(other.at)
+		pt.down = down
+		return down, pt.down != was
+	}
+	return pt.down, pt.down != was
+}
+
+// failedAtTarget reports a probe error that the upstream reported as the
+// target's (it reached the proxy, which could not reach the target).
+func failedAtTarget(err error) bool {
+	var f *Failure
+	return errors.As(err, &f) && f.Class.IsTargetFailure()
+}
+
 // classifyProbe maps a probe error to the class the record cools with
 // (the stage is always probe). A *Failure from the upstream's dialer keeps
 // its class, except that target failures become upstream classes: the
 // probe target is rotor's own and other upstreams reach it, so an upstream
 // that cannot is at fault (target_timeout → timeout, target_unreachable →
-// upstream_error). Otherwise: ECONNREFUSED → refused; deadline exceeded
+// upstream_error); when none does, probeTarget takes it for down and the
+// cooldown does not grow. Otherwise: ECONNREFUSED → refused; deadline exceeded
 // (context or conn) or a net.Error timeout → timeout; anything else,
 // including garbage, early close and a wrong status, → upstream_error.
 func classifyProbe(err error) Class {

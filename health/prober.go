@@ -334,6 +334,11 @@ func (t *Tracker) runProbe(ctx context.Context, p *probeSpec, q queued, d Dialer
 		t.log.Debug().Str("upstream", name).Err(err).Msg("probe could not run: out of a local resource")
 		return
 	}
+	// What the probe tells of the probe target itself (probeTarget; its
+	// lock nests inside r.mu and calls nothing out).
+	targetDown, targetChanged := p.target.weigh(r, err, now, probeTargetKeep(s.policy), func(since time.Time) bool {
+		return t.seen.reachedByOther(p.seenKey, nil, since)
+	})
 	r.lastProbe = wall(now)
 	if err == nil {
 		r.probesOK++
@@ -350,14 +355,51 @@ func (t *Tracker) runProbe(ctx context.Context, p *probeSpec, q queued, d Dialer
 			// any other: it shows in failures and failures_by_stage, not
 			// only in the probe counters.
 			r.countFailure(class, StageProbe, 1)
-			r.consec[class]++
-			r.pending.Store(true)
-			t.cool(s, r, now, class, StageProbe, detailOf(err), err, &e)
+			if targetDown {
+				t.coolAtBase(s, r, now, class, truncate("probe target seems down: "+err.Error(), maxDetail), err, &e)
+			} else {
+				r.consec[class]++
+				r.pending.Store(true)
+				t.cool(s, r, now, class, StageProbe, detailOf(err), err, &e)
+			}
 		}
 	}
 	r.mu.Unlock()
 	t.apply(&e)
+	if targetChanged {
+		t.logProbeTarget(p, name, targetDown, err)
+	}
 	if p := t.observer.Load(); p != nil {
 		(*p).Probe(name, err == nil, now.Sub(start))
 	}
+}
+
+// coolAtBase is cool for a probe that failed at a probe target taken for
+// down (probeTarget): r cools for the base cooldown of class, and its
+// streak and permanent_after run stay as they were (the fleet is told
+// that streak), since nothing says the upstream is at fault. The failure
+// is counted by the caller. Caller holds r.mu.
+func (t *Tracker) coolAtBase(s *settings, r *Record, now time.Time, class Class, detail string, err error, e *effects) {
+	r.reason, r.stage, r.detail = class, StageProbe, detail
+	r.after = [numClasses]int{}
+	r.failed = true
+	d := s.policy.Cooldown(class, 1, s.rand())
+	r.deadline = now.Add(d)
+	r.until = wall(now).Add(d)
+	t.setState(r, now, Cooling, class, StageProbe, detail, err, e)
+	e.items = append(e.items, item{at: r.deadline, rec: r, epoch: r.epoch, kind: kindProbe})
+}
+
+// logProbeTarget logs, once per change, that the probe target seems down
+// (probes through different upstreams all fail there) or is reachable
+// again; name and err are the probe's that made the change. It runs after
+// every lock is released (STYLE 40).
+func (t *Tracker) logProbeTarget(p *probeSpec, name string, down bool, err error) {
+	if !down {
+		t.log.Info().Str("target", p.addr).Str("upstream", name).Str("stage", StageProbe.String()).
+			Msg("probe target reachable again")
+		return
+	}
+	t.log.Warn().Str("target", p.addr).Str("upstream", name).Str("stage", StageProbe.String()).Err(err).
+		Msg("probe target seems down: probes through different upstreams fail there; their cooldowns stay at base")
 }

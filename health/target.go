@@ -187,7 +187,9 @@ func (t *Tracker) forgetTarget(r *Record, target string, now time.Time) {
 // targetFail is one recent target failure reported on a record.
 type targetFail struct {
 	target string // host:port
-	at     time.Time
+	// at is the first failure for target within the rule's window: the
+	// evidence that counts is another record reaching target since.
+	at time.Time
 }
 
 // maxTargetFails bounds the recent target failures a record remembers.
@@ -197,36 +199,55 @@ const maxTargetFails = 32
 // target-failure rule of s holds (see Fail). Caller holds r.mu.
 //
 // "Other upstreams reach it" means another record reported SuccessTarget
-// for the very same host:port within the window: a healthy upstream that
-// reports a closed port (REP 5) or a silent one is telling the truth, and
-// port 80 reached by others says nothing about port 27098 (issue: any
-// client could cool every upstream with two requests to closed ports of
-// hosts others reach). A target named without a port never counts.
-// Refused targets do count when others reached that host:port a moment
-// ago: the port is open, and this upstream is the one that cannot get
-// through (an egress firewall answering REJECT looks exactly like that).
-// The hosts are counted, not the host:ports: a site that blocks this
-// exit on both its ports is one site.
+// for the very same host:port at or after r's first failure for it within
+// the window: a healthy upstream that reports a closed port (REP 5) or a
+// silent one is telling the truth, and port 80 reached by others says
+// nothing about port 27098 (issue: any client could cool every upstream
+// with two requests to closed ports of hosts others reach). A success from
+// before r's failure says only that the host was up then: counting those
+// cooled healthy upstreams across the pool when two hosts went down
+// together (issue: 5 upstreams, two targets served, then killed, and 3 of
+// the 5 cooled), so an outage of the hosts themselves never counts, and
+// neither does a port closed after it was reached. A target named without
+// a port never counts. Refused targets do count when others reach that
+// host:port after r's refusal: the port is open, and this upstream is the
+// one that cannot get through (an egress firewall answering REJECT looks
+// exactly like that). The hosts are counted, not the host:ports: a site
+// that blocks this exit on both its ports is one site.
+//
+// The rule is weighed at r's failures only (SuccessTarget stays cheap), so
+// a proxy that fails hosts others reach later cools at its next target
+// failure in the window. The cooling counts as one upstream_error failure
+// at target_connect, besides the target failure that set it off: it is
+// the record's reason and stage, and failures, failures_by_stage and the
+// failure metrics (read from Stats) show it as any other cooling.
 func (t *Tracker) targetRule(s *settings, r *Record, now time.Time, target string, e *effects) {
 	if s.cfg.TargetRuleHosts < 0 || targetHost(target) == target { // no port
 		return
 	}
 	win := s.cfg.TargetRuleWindow
 	keep := r.targetFails[:0]
+	known := false
 	for _, f := range r.targetFails {
-		if now.Sub(f.at) < win && f.target != target {
+		if now.Sub(f.at) < win {
 			keep = append(keep, f)
+			known = known || f.target == target
 		}
 	}
-	keep = append(keep, targetFail{target: target, at: now})
-	if len(keep) > maxTargetFails {
-		keep = keep[len(keep)-maxTargetFails:]
+	if !known {
+		keep = append(keep, targetFail{target: target, at: now})
+		if len(keep) > maxTargetFails {
+			keep = keep[len(keep)-maxTargetFails:]
+		}
 	}
 	r.targetFails = keep
+	// The next success for target by anyone is the evidence; make sure
+	// the table notes it.
+	t.seen.fail(target, now)
 	var buf [maxTargetFails]string
 	hosts := buf[:0]
 	for _, f := range keep {
-		if h := targetHost(f.target); !slices.Contains(hosts, h) && t.seen.reachedByOther(f.target, r, now, win) {
+		if h := targetHost(f.target); !slices.Contains(hosts, h) && t.seen.reachedByOther(f.target, r, f.at) {
 			hosts = append(hosts, h)
 		}
 	}
@@ -235,6 +256,7 @@ func (t *Tracker) targetRule(s *settings, r *Record, now time.Time, target strin
 		return
 	}
 	r.targetFails = nil
+	r.countFailure(UpstreamError, StageTargetConnect, 1)
 	r.consec[UpstreamError]++
 	r.pending.Store(true)
 	detail := fmt.Sprintf("target failures for %d hosts that other upstreams reach at the same port", n)
@@ -252,7 +274,7 @@ func (t *Tracker) SucceededWithin(r *Record, d time.Duration) bool {
 
 // targetSeen remembers, per target host, two records that recently
 // reported SuccessTarget for it (distinct records, the last one noted
-// first), so "did another record reach this host lately" is one lookup.
+// first), so "did another record reach this host since" is one lookup.
 //
 // SuccessTarget runs for most tunnels, often for the same host from every
 // core, so noting a success must not write shared memory in the common
@@ -261,10 +283,12 @@ func (t *Tracker) SucceededWithin(r *Record, d time.Duration) bool {
 // rule could use. It adds nothing when the record is already in the pair
 // with a success less than fresh old (the rule's window / seenFreshDiv),
 // nor when the pair holds two other records that both succeeded less than
-// fresh ago (each answers for the other, whichever record later fails).
-// The pair's times then lag by less than fresh: the rule may see a
-// record's success expire that much early, never later than it should.
-// A host missing from the table (new, or dropped) is always added.
+// fresh ago (each answers for the other, whichever record later fails),
+// unless a target failure for the host was reported after those
+// successes (seenEntry.failed): the rule needs a success after a failure,
+// and the first one after it is always noted. The pair's times then lag by
+// less than fresh but never hide a success that came after a failure. A
+// host missing from the table (new, or dropped) is always added.
 type targetSeen struct {
 	m sync.Map // host -> *seenEntry
 
@@ -285,6 +309,10 @@ const (
 
 type seenEntry struct {
 	by atomic.Pointer[[2]seenBy] // replaced whole, never modified
+	// failed is the latest target failure any record reported for the
+	// host (nil: none since it was added). Failures are rare next to
+	// successes; a success is read against it without a write.
+	failed atomic.Pointer[time.Time]
 }
 
 type seenBy struct {
@@ -302,13 +330,20 @@ func (s *targetSeen) note(host string, r *Record, now time.Time, fresh time.Dura
 		v = s.add(host)
 	}
 	e := v.(*seenEntry)
+	var failed time.Time
+	if f := e.failed.Load(); f != nil {
+		failed = *f
+	}
+	// in reports a success recent enough to stand for this one: less than
+	// fresh ago, and not before the latest failure.
+	in := func(b seenBy) bool { return now.Sub(b.at) < fresh && !b.at.Before(failed) }
 	for {
 		old := e.by.Load()
 		var p [2]seenBy
 		if old != nil {
 			p = *old
 		}
-		in0, in1 := now.Sub(p[0].at) < fresh, now.Sub(p[1].at) < fresh
+		in0, in1 := in(p[0]), in(p[1])
 		switch {
 		case p[0].rec == r && in0, p[1].rec == r && in1:
 			return // r is there, recently enough
@@ -322,6 +357,27 @@ func (s *targetSeen) note(host string, r *Record, now time.Time, fresh time.Dura
 			keep = p[1]
 		}
 		if e.by.CompareAndSwap(old, &[2]seenBy{{rec: r, at: now}, keep}) {
+			return
+		}
+	}
+}
+
+// fail records a target failure for host at now, so that the next
+// success for it is noted whatever the pair holds (see note). A host not
+// in the table is left out: nobody reached it lately, and its first
+// success is noted anyway.
+func (s *targetSeen) fail(host string, now time.Time) {
+	v, ok := s.m.Load(host)
+	if !ok {
+		return
+	}
+	e := v.(*seenEntry)
+	for {
+		old := e.failed.Load()
+		if old != nil && !old.Before(now) {
+			return
+		}
+		if e.failed.CompareAndSwap(old, &now) {
 			return
 		}
 	}
@@ -346,7 +402,9 @@ func (s *targetSeen) add(host string) any {
 	return v
 }
 
-func (s *targetSeen) reachedByOther(host string, r *Record, now time.Time, win time.Duration) bool {
+// reachedByOther reports whether a record other than r is known to have
+// reached host (a host:port key) at or after since.
+func (s *targetSeen) reachedByOther(host string, r *Record, since time.Time) bool {
 	v, ok := s.m.Load(host)
 	if !ok {
 		return false
@@ -356,7 +414,7 @@ func (s *targetSeen) reachedByOther(host string, r *Record, now time.Time, win t
 		return false
 	}
 	for _, b := range p {
-		if b.rec != nil && b.rec != r && now.Sub(b.at) < win {
+		if b.rec != nil && b.rec != r && !b.at.Before(since) {
 			return true
 		}
 	}

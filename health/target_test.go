@@ -234,9 +234,10 @@ func TestPolicyRefusal(t *testing.T) {
 
 // TestTargetSeenSkipsKeepRule: successes that leave the "who reached this
 // host" table as is (the same record again, or a third one while two are
-// recent) never hide a host from the target-failure rule: it still sees
-// every success, at most seenFresh late, and never after the window or
-// after the host was dropped from the table.
+// recent) never hide a host from the target-failure rule: a success by
+// another record at least seenFresh after a failure is always seen, and
+// never after the failure left the window or the host was dropped from
+// the table.
 func TestTargetSeenSkipsKeepRule(t *testing.T) {
 	const win = 60 * time.Second
 	fresh := win / seenFreshDiv
@@ -257,6 +258,8 @@ func TestTargetSeenSkipsKeepRule(t *testing.T) {
 		tr.Fail(r.bad, tf("a.example:443"))
 		tr.Fail(r.bad, tf("b.example:443"))
 	}
+	// weigh has bad fail a third host: the rule is weighed at a failure.
+	weigh := func(tr *Tracker, r recs) { tr.Fail(r.bad, tf("c.example:443")) }
 	tests := []struct {
 		name string
 		run  func(tr *Tracker, clk interface{ Advance(time.Duration) }, r recs)
@@ -264,50 +267,76 @@ func TestTargetSeenSkipsKeepRule(t *testing.T) {
 	}{
 		{"repeated successes keep refreshing", func(tr *Tracker, clk interface{ Advance(time.Duration) }, r recs) {
 			// Three minutes of successes every fresh/4: most are skipped,
-			// yet the table must not stay at the first one.
+			// yet the table must not stay at the first one, nor at one
+			// from before the failures.
 			goodReaches(tr, clk, r, int(3*time.Minute/(fresh/4)))
 			badFails(tr, r)
-		}, Cooling},
-		{"just inside the window, less the lag", func(tr *Tracker, clk interface{ Advance(time.Duration) }, r recs) {
 			goodReaches(tr, clk, r, 8)
-			clk.Advance(win - fresh - fresh/4 - time.Nanosecond) // last success + win - fresh - 1ns
-			badFails(tr, r)
+			weigh(tr, r)
 		}, Cooling},
-		{"expired with the window", func(tr *Tracker, clk interface{ Advance(time.Duration) }, r recs) {
+		{"a success right after the failures", func(tr *Tracker, clk interface{ Advance(time.Duration) }, r recs) {
+			// good's entry is fresh when bad fails: its next success,
+			// less than fresh later, must be noted all the same.
 			goodReaches(tr, clk, r, 8)
-			clk.Advance(win - fresh/4) // last success + win
 			badFails(tr, r)
+			goodReaches(tr, clk, r, 1)
+			weigh(tr, r)
+		}, Cooling},
+		{"just inside the window", func(tr *Tracker, clk interface{ Advance(time.Duration) }, r recs) {
+			badFails(tr, r)
+			clk.Advance(time.Second)
+			goodReaches(tr, clk, r, 1)
+			clk.Advance(win - time.Second - fresh/4 - time.Nanosecond) // failures + win - 1ns
+			weigh(tr, r)
+		}, Cooling},
+		{"the failures left the window", func(tr *Tracker, clk interface{ Advance(time.Duration) }, r recs) {
+			badFails(tr, r)
+			clk.Advance(time.Second)
+			goodReaches(tr, clk, r, 1)
+			clk.Advance(win - time.Second - fresh/4) // failures + win
+			weigh(tr, r)
 		}, Eligible},
 		{"a third record while two are recent", func(tr *Tracker, clk interface{ Advance(time.Duration) }, r recs) {
-			// bad and third fill a's pair; good's success is skipped. Later
-			// only good goes on reaching a: it must enter the pair.
+			// bad and third fill a's pair, recently, before bad fails it:
+			// good's success right after must still enter the pair.
 			tr.SuccessTarget(r.bad, "a.example:443")
 			tr.SuccessTarget(r.third, "a.example:443")
-			tr.SuccessTarget(r.good, "a.example:443")
-			clk.Advance(50 * time.Second)
-			tr.SuccessTarget(r.good, "a.example:443")
-			tr.SuccessTarget(r.good, "b.example:443")
-			clk.Advance(30 * time.Second) // bad's and third's successes expired
+			clk.Advance(fresh / 4)
 			badFails(tr, r)
-		}, Cooling},
-		{"the failing record's own successes do not count", func(tr *Tracker, clk interface{ Advance(time.Duration) }, r recs) {
 			tr.SuccessTarget(r.good, "a.example:443")
 			tr.SuccessTarget(r.good, "b.example:443")
-			clk.Advance(win)
+			weigh(tr, r)
+		}, Cooling},
+		{"two recent others, no failure since", func(tr *Tracker, clk interface{ Advance(time.Duration) }, r recs) {
+			// Without a failure after them, good's success is skipped
+			// (they answer for it); bad's failures then need a success
+			// after them.
+			tr.SuccessTarget(r.third, "a.example:443")
+			tr.SuccessTarget(r.bad, "a.example:443")
+			tr.SuccessTarget(r.good, "a.example:443")
+			clk.Advance(fresh / 4)
+			badFails(tr, r)
+			weigh(tr, r)
+		}, Eligible},
+		{"the failing record's own successes do not count", func(tr *Tracker, clk interface{ Advance(time.Duration) }, r recs) {
+			goodReaches(tr, clk, r, 1)
+			badFails(tr, r)
 			for range 10 {
+				clk.Advance(fresh)
 				tr.SuccessTarget(r.bad, "a.example:443")
 				tr.SuccessTarget(r.bad, "b.example:443")
 			}
-			badFails(tr, r)
+			weigh(tr, r)
 		}, Eligible},
 		{"a dropped host comes back at the next success", func(tr *Tracker, clk interface{ Advance(time.Duration) }, r recs) {
+			badFails(tr, r)
 			tr.SuccessTarget(r.good, "a.example:443")
 			for i := range seenMax {
 				tr.SuccessTarget(r.third, fmt.Sprint("h", i, ".example:443")) // drops a.example
 			}
 			tr.SuccessTarget(r.good, "a.example:443") // within fresh of the first: must not be skipped
 			tr.SuccessTarget(r.good, "b.example:443")
-			badFails(tr, r)
+			weigh(tr, r)
 		}, Cooling},
 	}
 	for _, tt := range tests {
@@ -323,14 +352,15 @@ func TestTargetSeenSkipsKeepRule(t *testing.T) {
 	t.Run("dropped host is forgotten", func(t *testing.T) {
 		tr, _ := newFakeTracker(t, Config{StartEligible: true, TargetRuleWindow: win})
 		good, other := tr.Add("good", "good", nil, false), tr.Add("other", "other", nil, false)
+		since := tr.clock.Now()
 		tr.SuccessTarget(good, "a.example:443")
 		for i := range seenMax {
 			tr.SuccessTarget(other, fmt.Sprint("h", i, ".example:443"))
 		}
-		if tr.seen.reachedByOther("a.example:443", other, tr.clock.Now(), win) {
+		if tr.seen.reachedByOther("a.example:443", other, since) {
 			t.Error("a.example still remembered beyond seenMax hosts")
 		}
-		if !tr.seen.reachedByOther(fmt.Sprint("h", seenMax-1, ".example:443"), good, tr.clock.Now(), win) {
+		if !tr.seen.reachedByOther(fmt.Sprint("h", seenMax-1, ".example:443"), good, since) {
 			t.Error("the newest host was dropped")
 		}
 	})

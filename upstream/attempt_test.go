@@ -349,11 +349,21 @@ func TestDialTargetRulePort(t *testing.T) {
 	if s := snapshot(t, p, tr, "healthy"); s.State != health.Eligible {
 		t.Fatalf("healthy: %v %v/%v %+v: closed ports cooled it", s.State, s.Reason, s.Stage, s.History)
 	}
-	// The rule still holds for the very host:ports others reach.
+	// The rule still holds for the very host:ports others reach after
+	// healthy failed them (it is weighed at healthy's next failure).
 	healthy.SetMode(upstreamtest.Mode{Fault: upstreamtest.Reply, Code: 4})
 	for _, h := range []string{"127.0.0.1", "localhost"} {
 		_, _ = p.Dial(ctx, Request{Addr: net.JoinHostPort(h, port), Tags: []string{"healthy"}})
 	}
+	for _, h := range []string{"127.0.0.1", "localhost"} {
+		l, err := p.Dial(ctx, Request{Addr: net.JoinHostPort(h, port), Tags: []string{"good"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Conn.Close()
+		l.Done()
+	}
+	_, _ = p.Dial(ctx, Request{Addr: net.JoinHostPort("127.0.0.1", port), Tags: []string{"healthy"}})
 	if s := snapshot(t, p, tr, "healthy"); s.State != health.Cooling || s.Reason != health.UpstreamError {
 		t.Fatalf("an upstream failing host:ports others reach: %v %v, want cooling upstream_error", s.State, s.Reason)
 	}
@@ -394,7 +404,9 @@ func TestLeaseFailFilesHostPort(t *testing.T) {
 	p, tr := dialPool(t, time.Second, fakeSpec("good", good, "good"), fakeSpec("slow", slow, "slow"))
 	ctx := context.Background()
 	hosts := []string{"127.0.0.1", "localhost"}
-	for _, tag := range []string{"good", "slow"} {
+	// good reaches the hosts after slow failed them; slow's next failure
+	// (nothing listens at 127.0.0.2) weighs the rule.
+	for _, tag := range []string{"slow", "good"} {
 		for _, h := range hosts {
 			l, err := p.Dial(ctx, Request{Addr: net.JoinHostPort(h, port), Tags: []string{tag}})
 			if err != nil {
@@ -406,6 +418,9 @@ func TestLeaseFailFilesHostPort(t *testing.T) {
 			l.Conn.Close()
 			l.Done()
 		}
+	}
+	if _, err := p.Dial(ctx, Request{Addr: net.JoinHostPort("127.0.0.2", port), Tags: []string{"slow"}}); err == nil {
+		t.Fatal("127.0.0.2 connected")
 	}
 	s := snapshot(t, p, tr, "slow")
 	if s.State != health.Cooling || s.Reason != health.UpstreamError {
@@ -460,7 +475,11 @@ func TestDialGeneralFailureScoped(t *testing.T) {
 		t.Fatalf("micro: %v %v/%v targets %+v, want eligible and cooling for dead.example only", s.State, s.Reason, s.Stage, s.Targets)
 	}
 
-	// Hosts that good reaches: micro failing them is micro's own fault.
+	// Hosts that good reaches after micro failed them: micro's own fault
+	// (weighed at micro's next failure).
+	for _, h := range []string{"127.0.0.1", "localhost"} {
+		_, _ = p.Dial(ctx, Request{Addr: net.JoinHostPort(h, port), Tags: []string{"alone"}})
+	}
 	for _, h := range []string{"127.0.0.1", "localhost"} {
 		l, err := p.Dial(ctx, Request{Addr: net.JoinHostPort(h, port), Tags: []string{"good"}})
 		if err != nil {
@@ -469,9 +488,7 @@ func TestDialGeneralFailureScoped(t *testing.T) {
 		l.Conn.Close()
 		l.Done()
 	}
-	for _, h := range []string{"127.0.0.1", "localhost"} {
-		_, _ = p.Dial(ctx, Request{Addr: net.JoinHostPort(h, port), Tags: []string{"alone"}})
-	}
+	_, _ = p.Dial(ctx, Request{Addr: net.JoinHostPort("127.0.0.2", port), Tags: []string{"alone"}})
 	if s := snapshot(t, p, tr, "micro"); s.State != health.Cooling || s.Reason != health.UpstreamError {
 		t.Fatalf("an upstream answering REP 1 for host:ports others reach: %v %v, want cooling upstream_error", s.State, s.Reason)
 	}
