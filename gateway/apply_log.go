@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/rotor-proxy/rotor/health"
+	"github.com/rotor-proxy/rotor/upstream"
 )
 
 // changedLogEach is the most upstreams one config load adds (or removes)
@@ -35,6 +36,33 @@ func (s *Server) logApplied(cfg *Config, added, removed []string, before map[str
 	s.logChanged(removed, before, "from", "upstream removed from config", "upstreams removed from config")
 	s.warnProbeBacklog(cfg, waiting)
 	s.noteMetricsCap(cfg, len(s.pool.Endpoints()))
+}
+
+// logRenamed logs the upstreams that kept their record under a new name
+// (the same identity, a new name in the config): the API, metrics and the
+// logs switch to the new name, and without a line an operator could not
+// tell where the old one went. A few one line each, many in one summary.
+func (s *Server) logRenamed(old, now []*upstream.Endpoint) {
+	was := make(map[string]string, len(old))
+	for _, e := range old {
+		was[e.Key] = e.Name
+	}
+	var from, to []string
+	for _, e := range now {
+		if n, ok := was[e.Key]; ok && n != e.Name {
+			from, to = append(from, n), append(to, e.Name)
+		}
+	}
+	if len(to) == 0 {
+		return
+	}
+	if len(to) <= changedLogEach {
+		for i := range to {
+			s.log.Info().Str("upstream", to[i]).Str("was", from[i]).Msg("upstream renamed: record kept")
+		}
+		return
+	}
+	s.log.Info().Int("upstreams", len(to)).Strs("first", to[:5]).Strs("were", from[:5]).Msg("upstreams renamed: records kept")
 }
 
 // statesByName maps each upstream's name to its state now, for logging

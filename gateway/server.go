@@ -244,6 +244,7 @@ func (s *Server) apply(cfg *Config, specs []upstream.Spec, lists map[string]int)
 		s.removedSecrets.note(old, s.pool.Endpoints())
 	}
 	s.logApplied(cfg, added, removed, before)
+	s.logRenamed(old, s.pool.Endpoints())
 	s.listCounts = lists
 	s.pruneTransports(cfg)
 	s.auth.Store(newAuthenticator(cfg.Clients))
