@@ -318,14 +318,17 @@ func (a *Attempts) flushSlow() {
 // could be asked for (see checkTarget: a bad port, a host with controls,
 // spaces or other bytes a request line cannot carry) makes Next fail at
 // once with an error wrapping ErrInvalidTarget, before any upstream is
-// picked: the client's fault, reported to no record.
+// picked: the client's fault, reported to no record. It is no
+// *health.Failure: no upstream was asked, so there is no class or stage
+// to give (a target_unreachable Failure here was logged as a failure at
+// target_connect).
 func (p *Pool) NewAttempts(req Request) *Attempts {
 	cfg := p.Config()
 	a := &Attempts{p: p, cfg: cfg, req: req, host: req.Host(), tagKey: tagKey(req.Tags), sess: SessionID(req.User, req.Session),
 		tried: make([]*Endpoint, 0, cfg.MaxAttempts)}
 	host, port, err := checkTarget(req.Addr)
 	if err != nil {
-		a.invalid = &health.Failure{Class: health.TargetUnreachable, Stage: health.StageTargetConnect, Err: err}
+		a.invalid = err
 		return a
 	}
 	a.key = canonicalTarget(req.Addr, host, port)
