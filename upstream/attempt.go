@@ -141,13 +141,32 @@ type AttemptsError struct {
 	Waited bool
 }
 
+// Error names each attempt's upstream and failure, after "all N attempts
+// failed" when there were several ("all 1 attempts failed" read oddly,
+// above all for a refusal no other upstream was asked about).
 func (e *AttemptsError) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "all %d attempts failed", len(e.Attempts))
+	if len(e.Attempts) != 1 {
+		fmt.Fprintf(&b, "all %d attempts failed", len(e.Attempts))
+	}
 	for _, a := range e.Attempts {
-		fmt.Fprintf(&b, "; upstream %s: %v", a.Upstream, a.Failure)
+		if b.Len() > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteString("upstream " + a.Upstream + ": " + failureText(a.Failure))
 	}
 	return b.String()
+}
+
+// failureText is f's text without the class when it has none
+// (health.ClassNone: the client's refusal, a cancellation, rotor's own
+// machine): "none" is no class clients or operators know, and the
+// client's 403 read "target_connect: none: dial tcp …".
+func failureText(f *health.Failure) string {
+	if f == nil || f.Class != health.ClassNone || f.Err == nil {
+		return fmt.Sprint(f)
+	}
+	return f.Stage.String() + ": " + f.Err.Error()
 }
 
 func (e *AttemptsError) Unwrap() error {
@@ -676,6 +695,9 @@ func (a *Attempts) Failed(ctx context.Context, e *Endpoint, err error) error {
 	}
 	if noOnesFault(f) {
 		p.tr.Neutral(e.rec)
+		if a.key != "" {
+			f.Target = a.key // reported to no record: it names the destination to the client
+		}
 		a.list = append(a.list, Attempt{Upstream: e.Name, Failure: f})
 		return &AttemptsError{Attempts: a.list}
 	}

@@ -88,12 +88,29 @@ func (d *directDialer) DialContext(ctx context.Context, network, addr string) (n
 	}
 	if err != nil {
 		if health.LocalResource(err) {
-			return nil, LocalFailure(err, health.StageTargetConnect)
+			return nil, &noClassError{LocalFailure(err, health.StageTargetConnect)}
 		}
-		return nil, &health.Failure{Class: directClass(err), Stage: health.StageTargetConnect, Target: host, Err: err}
+		f := &health.Failure{Class: directClass(err), Stage: health.StageTargetConnect, Target: host, Err: err}
+		if f.Class == health.ClassNone {
+			return nil, &noClassError{f}
+		}
+		return nil, f
 	}
 	return c, nil
 }
+
+// noClassError is how the direct dialer returns a Failure of no class
+// (health.ClassNone: a forbidden destination, a cancelled dial, rotor's
+// own machine short of a resource): its text is the stage and the cause,
+// without the "none" of Failure.Error, which is no class clients or
+// operators know (README's tables say "—" there); the probe's detail read
+// "target_connect: none: dial tcp …". errors.As finds the Failure as ever.
+type noClassError struct{ f *health.Failure }
+
+func (e *noClassError) Error() string { return e.f.Stage.String() + ": " + e.f.Err.Error() }
+
+// Unwrap returns the Failure.
+func (e *noClassError) Unwrap() error { return e.f }
 
 // localhostName reports whether host is a name RFC 6761 section 6.3
 // reserves for loopback: "localhost" or a name ending in ".localhost",
@@ -151,7 +168,9 @@ func checkDestination(address string, publicOnly bool, forbid func(netip.AddrPor
 	}
 	if forbid != nil {
 		if err := forbid(ap); err != nil {
-			return fmt.Errorf("%w: %s: %v", ErrDestinationForbidden, ap, err)
+			// forbid's reason stays in the chain: the gateway tells its
+			// own listeners from private addresses with errors.Is.
+			return fmt.Errorf("%w: %s: %w", ErrDestinationForbidden, ap, err)
 		}
 	}
 	return nil
