@@ -109,10 +109,16 @@ func classified(ev *zerolog.Event, f *health.Failure) *zerolog.Event {
 
 // clientsDoing reports whether a request that ended with err was refused
 // for what the client asked: a target clientRefusal names (rotor itself,
-// an invalid target, a destination the direct upstream refuses). Its
-// line is at info, batched like other info lines, since a hostile client
-// can repeat it at will; a warning is written at once, one write each.
-func clientsDoing(err error) bool { return clientRefusal(err) }
+// an invalid target, a destination the direct upstream refuses), or tags
+// no upstream carries (NoEligibleError with Matching 0, usually a typo,
+// answered at once; its outcome stays unavailable, as the client is
+// told). Its line is at info, batched like other info lines, since a
+// hostile client can repeat it at will; a warning is written at once,
+// one write each.
+func clientsDoing(err error) bool {
+	var ne *upstream.NoEligibleError
+	return clientRefusal(err) || errors.As(err, &ne) && len(ne.Tags) > 0 && ne.Matching == 0
+}
 
 // errDrainCut is the error of a request the drain cut when
 // shutdown_grace ran out or at a second signal (drainCut): outcome
