@@ -93,11 +93,13 @@ func (w drainWaiter) waitAnswer(t *testing.T, d time.Duration) string {
 	}
 }
 
-// summaryLines returns the tunnel and forwarded-request lines of logs.
+// summaryLines returns the tunnel and forwarded-request lines of logs
+// (refused requests included).
 func summaryLines(logs *logBuffer) []string {
 	var out []string
 	for l := range strings.SplitSeq(logs.String(), "\n") {
-		if strings.Contains(l, `"message":"tunnel closed"`) || strings.Contains(l, `"message":"request forwarded"`) {
+		if strings.Contains(l, `"message":"tunnel closed"`) || strings.Contains(l, `"message":"request forwarded"`) ||
+			strings.Contains(l, `"message":"request refused"`) {
 			out = append(out, l)
 		}
 	}

@@ -75,10 +75,22 @@ func explain(err error) clientFailure {
 	}
 	if errors.Is(err, upstream.ErrDestinationForbidden) {
 		// The direct upstream refuses a private or loopback destination
-		// (allow_private_destinations off): the client asked for it, as
-		// for rotor's own listeners.
-		return clientFailure{SOCKS: repNotAllowed, Status: http.StatusForbidden, Header: "forbidden",
-			Reason: "rotor: the destination is not allowed (allow_private_destinations is off): " + err.Error()}
+		// (allow_private_destinations off), or one that resolved to
+		// rotor's own listener: the client asked for it. The reason names
+		// the destination and the rule, not the attempt that met it (its
+		// text, "all 1 attempts failed; upstream direct: target_connect:
+		// none: dial tcp …", told the client of an internal class).
+		cf := clientFailure{SOCKS: repNotAllowed, Status: http.StatusForbidden, Header: "forbidden",
+			Reason: errSelfTarget.Error()}
+		if !errors.Is(err, errSelfTarget) {
+			dest := "the destination"
+			var f *health.Failure
+			if errors.As(err, &f) && f.Target != "" {
+				dest += " " + f.Target
+			}
+			cf.Reason = "rotor: " + dest + " is not allowed (allow_private_destinations is off)"
+		}
+		return cf
 	}
 	if errors.Is(err, upstream.ErrInvalidTarget) {
 		return clientFailure{SOCKS: repHostUnreachable, Status: http.StatusBadRequest, Header: "bad_request",

@@ -67,7 +67,7 @@ func (s *Server) logTunnel(id uint64, front string, c net.Conn, user, target str
 	}
 	s.metrics.tunnelDone(front, outcome)
 	ev := s.log.Info()
-	if outcome != "ok" && !quietOutcome(outcome) && !clientRefusal(err) {
+	if outcome != "ok" && !quietOutcome(outcome) && !clientsDoing(err) {
 		ev = s.log.Warn()
 	}
 	client := ""
@@ -89,13 +89,35 @@ func (s *Server) logTunnel(id uint64, front string, c net.Conn, user, target str
 	if errors.As(err, &ae) {
 		ev = ev.Int("attempts", len(ae.Attempts)).Str("upstream", ae.Last().Upstream)
 	}
-	if f != nil {
-		ev = ev.Str("class", f.Class.String()).Str("stage", f.Stage.String())
-	}
+	ev = classified(ev, f)
 	if err != nil {
 		ev = ev.Err(err)
 	}
 	ev.Msg("tunnel closed")
+}
+
+// classified adds f's class and stage to a summary line. A Failure of no
+// class (health.ClassNone: the client's refusal or cancellation, rotor's
+// own machine) adds neither: it is no failure of anyone the classes name,
+// and README's tables give it none ("—"); the line said "class":"none".
+func classified(ev *zerolog.Event, f *health.Failure) *zerolog.Event {
+	if f == nil || f.Class == health.ClassNone {
+		return ev
+	}
+	return ev.Str("class", f.Class.String()).Str("stage", f.Stage.String())
+}
+
+// clientsDoing reports whether a request that ended with err was refused
+// for what the client asked: a target clientRefusal names (rotor itself,
+// an invalid target, a destination the direct upstream refuses), or tags
+// no upstream carries (NoEligibleError with Matching 0, usually a typo,
+// answered at once; its outcome stays unavailable, as the client is
+// told). Its line is at info, batched like other info lines, since a
+// hostile client can repeat it at will; a warning is written at once,
+// one write each.
+func clientsDoing(err error) bool {
+	var ne *upstream.NoEligibleError
+	return clientRefusal(err) || errors.As(err, &ne) && len(ne.Tags) > 0 && ne.Matching == 0
 }
 
 // errDrainCut is the error of a request the drain cut when
@@ -186,7 +208,8 @@ func (s *Server) logForward(id uint64, r *http.Request, user string, e *upstream
 		up = b.n.Load()
 	}
 	ev := s.log.Info()
-	if err != nil && !quietOutcome(outcome) && !clientRefusal(err) {
+	refused := err != nil && clientsDoing(err)
+	if err != nil && !quietOutcome(outcome) && !refused {
 		ev = s.log.Warn()
 	}
 	ev = ev.Uint64("conn_id", id).Str("listener", "http").Str("client", r.RemoteAddr).Str("target", r.URL.Host).
@@ -198,11 +221,14 @@ func (s *Server) logForward(id uint64, r *http.Request, user string, e *upstream
 	if e != nil {
 		ev = ev.Str("upstream", e.Name)
 	}
-	if f != nil {
-		ev = ev.Str("class", f.Class.String()).Str("stage", f.Stage.String())
-	}
+	ev = classified(ev, f)
 	if err != nil {
 		ev = ev.Err(err)
+	}
+	if refused {
+		// Nothing was forwarded: "request forwarded" said otherwise.
+		ev.Msg("request refused")
+		return
 	}
 	ev.Msg("request forwarded")
 }

@@ -259,8 +259,12 @@ var errBadTarget = errors.New("invalid target")
 // request's, in s.dials until the dial is over: the drain waits for it up
 // to shutdown_grace, as for a request on the HTTP front, then cancels it.
 //
-// A target that is not a valid host (see validTargetHost) is answered
-// 0x04 host unreachable before any upstream is picked. The check for
+// A target the HTTP front would refuse too (badTarget: a host that is
+// not a valid host, see validTargetHost, or port 0) is answered 0x04 host
+// unreachable before any upstream is picked, with the HTTP front's log
+// line: the client's doing, at info, with no class or stage (issue: port
+// 0 went on to the pool and was logged as a target_unreachable failure
+// at target_connect). The check for
 // rotor's own listeners comes first: it is string work only, and it
 // answers the empty host (the local system, to net.Dial) "not allowed".
 // While rotor waits for an upstream and dials, a clientWatch cancels the
@@ -274,12 +278,7 @@ func (s *Server) socksTunnel(ctx context.Context, id uint64, c net.Conn, pending
 		s.logTunnel(id, "socks5", c, params.User, addr, nil, errSelfTarget, relayResult{}, start)
 		return false
 	}
-	host, _, err := net.SplitHostPort(addr)
-	msg := "want host:port"
-	if err == nil {
-		msg = targetHostProblem(host)
-	}
-	if msg != "" {
+	if msg := badTarget(addr); msg != "" {
 		_, _ = c.Write(socksReply(repHostUnreachable, nil))
 		_ = c.Close()
 		s.logTunnel(id, "socks5", c, params.User, logTarget(addr), nil, badTargetError(msg), relayResult{}, start)

@@ -141,13 +141,32 @@ type AttemptsError struct {
 	Waited bool
 }
 
+// Error names each attempt's upstream and failure, after "all N attempts
+// failed" when there were several ("all 1 attempts failed" read oddly,
+// above all for a refusal no other upstream was asked about).
 func (e *AttemptsError) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "all %d attempts failed", len(e.Attempts))
+	if len(e.Attempts) != 1 {
+		fmt.Fprintf(&b, "all %d attempts failed", len(e.Attempts))
+	}
 	for _, a := range e.Attempts {
-		fmt.Fprintf(&b, "; upstream %s: %v", a.Upstream, a.Failure)
+		if b.Len() > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteString("upstream " + a.Upstream + ": " + failureText(a.Failure))
 	}
 	return b.String()
+}
+
+// failureText is f's text without the class when it has none
+// (health.ClassNone: the client's refusal, a cancellation, rotor's own
+// machine): "none" is no class clients or operators know, and the
+// client's 403 read "target_connect: none: dial tcp …".
+func failureText(f *health.Failure) string {
+	if f == nil || f.Class != health.ClassNone || f.Err == nil {
+		return fmt.Sprint(f)
+	}
+	return f.Stage.String() + ": " + f.Err.Error()
 }
 
 func (e *AttemptsError) Unwrap() error {
@@ -318,14 +337,17 @@ func (a *Attempts) flushSlow() {
 // could be asked for (see checkTarget: a bad port, a host with controls,
 // spaces or other bytes a request line cannot carry) makes Next fail at
 // once with an error wrapping ErrInvalidTarget, before any upstream is
-// picked: the client's fault, reported to no record.
+// picked: the client's fault, reported to no record. It is no
+// *health.Failure: no upstream was asked, so there is no class or stage
+// to give (a target_unreachable Failure here was logged as a failure at
+// target_connect).
 func (p *Pool) NewAttempts(req Request) *Attempts {
 	cfg := p.Config()
 	a := &Attempts{p: p, cfg: cfg, req: req, host: req.Host(), tagKey: tagKey(req.Tags), sess: SessionID(req.User, req.Session),
 		tried: make([]*Endpoint, 0, cfg.MaxAttempts)}
 	host, port, err := checkTarget(req.Addr)
 	if err != nil {
-		a.invalid = &health.Failure{Class: health.TargetUnreachable, Stage: health.StageTargetConnect, Err: err}
+		a.invalid = err
 		return a
 	}
 	a.key = canonicalTarget(req.Addr, host, port)
@@ -673,6 +695,9 @@ func (a *Attempts) Failed(ctx context.Context, e *Endpoint, err error) error {
 	}
 	if noOnesFault(f) {
 		p.tr.Neutral(e.rec)
+		if a.key != "" {
+			f.Target = a.key // reported to no record: it names the destination to the client
+		}
 		a.list = append(a.list, Attempt{Upstream: e.Name, Failure: f})
 		return &AttemptsError{Attempts: a.list}
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"strings"
 	"syscall"
 
 	"golang.org/x/net/proxy"
@@ -25,7 +26,13 @@ var ErrDestinationForbidden = errors.New("destination forbidden by policy")
 
 // directDialer dials targets itself (direct:// upstream). It is the only
 // place rotor resolves target names.
-type directDialer struct{ cfg DialConfig }
+type directDialer struct {
+	cfg DialConfig
+	// resolver looks target names up (nil: net.DefaultResolver). Tests
+	// set one whose Dial records and refuses, to see a lookup without
+	// sending it.
+	resolver *net.Resolver
+}
 
 var _ proxy.ContextDialer = (*directDialer)(nil)
 var _ proxy.Dialer = (*directDialer)(nil)
@@ -40,6 +47,14 @@ func (d *directDialer) Dial(network, addr string) (net.Conn, error) {
 // on the address actually being connected to, so a name that resolves to
 // a forbidden address cannot slip through between check and use.
 //
+// A localhost name (localhostName: "localhost" or a name under it, any
+// case, with or without the root dot) is never looked up: it is loopback
+// (RFC 6761 section 6.3), 127.0.0.1 then ::1, which the policy then
+// judges like any loopback address (refused before any connect while
+// private destinations are not allowed). Go's resolver finds only the
+// exact "localhost" of /etc/hosts and asks DNS for "LOCALHOST." or
+// "a.localhost", which sent them to the machine's DNS server.
+//
 // Classification (there is no proxy: the target is always the one to blame,
 // except for local resource errors):
 //
@@ -51,24 +66,77 @@ func (d *directDialer) Dial(network, addr string) (net.Conn, error) {
 //	EMFILE, ENFILE, EADDRNOTAVAIL, ENOBUFS, ENOMEM none (ErrLocalResource): rotor's own
 //	anything else                                  upstream_error/target_connect
 func (d *directDialer) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
-	host, _, err := splitTarget(network, addr)
+	host, port, err := splitTarget(network, addr)
 	if err != nil {
 		return nil, err
 	}
-	nd := net.Dialer{Timeout: d.cfg.ConnectTimeout, KeepAlive: d.cfg.KeepAlive}
+	nd := net.Dialer{Timeout: d.cfg.ConnectTimeout, KeepAlive: d.cfg.KeepAlive, Resolver: d.resolver}
 	if !d.cfg.AllowPrivate || d.cfg.Forbid != nil {
 		nd.ControlContext = func(_ context.Context, _, address string, _ syscall.RawConn) error {
 			return checkDestination(address, !d.cfg.AllowPrivate, d.cfg.Forbid)
 		}
 	}
-	c, err := nd.DialContext(ctx, network, addr)
+	var c net.Conn
+	if localhostName(host) {
+		budget := d.cfg.ConnectTimeout
+		if budget <= 0 {
+			budget = DefaultConnectTimeout
+		}
+		c, err = dialAddrs(ctx, nd, loopbackAddrs(network), port, budget)
+	} else {
+		c, err = nd.DialContext(ctx, network, addr)
+	}
 	if err != nil {
 		if health.LocalResource(err) {
-			return nil, LocalFailure(err, health.StageTargetConnect)
+			return nil, &noClassError{LocalFailure(err, health.StageTargetConnect)}
 		}
-		return nil, &health.Failure{Class: directClass(err), Stage: health.StageTargetConnect, Target: host, Err: err}
+		f := &health.Failure{Class: directClass(err), Stage: health.StageTargetConnect, Target: host, Err: err}
+		if f.Class == health.ClassNone {
+			return nil, &noClassError{f}
+		}
+		return nil, f
 	}
 	return c, nil
+}
+
+// noClassError is how the direct dialer returns a Failure of no class
+// (health.ClassNone: a forbidden destination, a cancelled dial, rotor's
+// own machine short of a resource): its text is the stage and the cause,
+// without the "none" of Failure.Error, which is no class clients or
+// operators know (README's tables say "—" there); the probe's detail read
+// "target_connect: none: dial tcp …". errors.As finds the Failure as ever.
+type noClassError struct{ f *health.Failure }
+
+func (e *noClassError) Error() string { return e.f.Stage.String() + ": " + e.f.Err.Error() }
+
+// Unwrap returns the Failure.
+func (e *noClassError) Unwrap() error { return e.f }
+
+// localhostName reports whether host is a name RFC 6761 section 6.3
+// reserves for loopback: "localhost" or a name ending in ".localhost",
+// compared case-insensitively, a root dot ignored (the gateway's check
+// for its own listeners reads names the same way).
+func localhostName(host string) bool {
+	host = strings.TrimSuffix(host, ".")
+	const name = "localhost"
+	if len(host) < len(name) || !strings.EqualFold(host[len(host)-len(name):], name) {
+		return false
+	}
+	return len(host) == len(name) || host[len(host)-len(name)-1] == '.'
+}
+
+// loopbackAddrs are the addresses of a localhost name for network: IPv4
+// first, as most services on loopback listen there (and /etc/hosts often
+// gives "localhost" nothing else).
+func loopbackAddrs(network string) []netip.Addr {
+	v4, v6 := netip.AddrFrom4([4]byte{127, 0, 0, 1}), netip.IPv6Loopback()
+	switch network {
+	case "tcp4":
+		return []netip.Addr{v4}
+	case "tcp6":
+		return []netip.Addr{v6}
+	}
+	return []netip.Addr{v4, v6}
 }
 
 func directClass(err error) health.Class {
@@ -100,7 +168,9 @@ func checkDestination(address string, publicOnly bool, forbid func(netip.AddrPor
 	}
 	if forbid != nil {
 		if err := forbid(ap); err != nil {
-			return fmt.Errorf("%w: %s: %v", ErrDestinationForbidden, ap, err)
+			// forbid's reason stays in the chain: the gateway tells its
+			// own listeners from private addresses with errors.Is.
+			return fmt.Errorf("%w: %s: %w", ErrDestinationForbidden, ap, err)
 		}
 	}
 	return nil

@@ -2,6 +2,7 @@ package upstream
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/netip"
 	"sync"
@@ -76,9 +77,8 @@ func (h *hostCache) forget() {
 }
 
 // dialHost connects to port on one of h's addresses, in the resolver's
-// order, within one connect budget split across the addresses left (as
-// net.Dialer does for a name), so one address that drops packets does not
-// use up the whole budget. It returns the first error when all fail.
+// order (see dialAddrs). When all fail (not because the caller gave up),
+// the answer is dropped, so the next dial asks DNS again.
 func dialHost(ctx context.Context, d net.Dialer, h *hostCache, port uint16, budget time.Duration) (net.Conn, error) {
 	addrs, err := h.lookup(ctx)
 	if err == nil && len(addrs) == 0 {
@@ -87,6 +87,20 @@ func dialHost(ctx context.Context, d net.Dialer, h *hostCache, port uint16, budg
 	if err != nil {
 		return nil, &net.OpError{Op: "dial", Net: "tcp", Err: err}
 	}
+	c, err := dialAddrs(ctx, d, addrs, port, budget)
+	if err != nil && !IsCanceled(err) { // not the caller giving up: ask DNS again next time
+		h.forget()
+	}
+	return c, err
+}
+
+// dialAddrs connects to port on one of addrs, in turn, within one connect
+// budget split across the addresses left (as net.Dialer does for a name),
+// so one address that drops packets does not use up the whole budget. It
+// returns the first error when all fail. A refusal by the destination
+// policy (ErrDestinationForbidden, from d's Control hook) ends it there:
+// it judges the destination, which the next address is too.
+func dialAddrs(ctx context.Context, d net.Dialer, addrs []netip.Addr, port uint16, budget time.Duration) (net.Conn, error) {
 	ctx, cancel := context.WithTimeout(ctx, budget)
 	defer cancel()
 	var first error
@@ -100,12 +114,9 @@ func dialHost(ctx context.Context, d net.Dialer, h *hostCache, port uint16, budg
 		if first == nil {
 			first = err
 		}
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || errors.Is(err, ErrDestinationForbidden) {
 			break
 		}
-	}
-	if !IsCanceled(first) { // not the caller giving up: ask DNS again next time
-		h.forget()
 	}
 	return nil, first
 }
