@@ -770,7 +770,11 @@ func TestForwardIdleConnUnsolicitedBytes(t *testing.T) {
 // others got 400).
 func TestForwardStrayPercentInPieces(t *testing.T) {
 	rt := newRawTarget(t, serveAnswers(false, "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\n"))
-	srv := directGateway(t)
+	// Byte by byte is 40 writes 5 ms apart: far more than directGateway's
+	// 300 ms handshake timeout allows on a loaded machine (it flaked).
+	srv, _ := startGateway(t, "allow_private_destinations = true\n"+
+		"[listen]\nsocks5 = \"127.0.0.1:0\"\nhttp = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\nhandshake_timeout = \"10s\"\n"+
+		"[pool]\nstart_eligible = true\n[[upstream]]\nurl = \"direct://\"\nname = \"up\"\n")
 	req := fmt.Sprintf("GET http://%s/50%%-off HTTP/1.1\r\nHost: %s\r\n\r\n", rt.Addr(), rt.Addr())
 	for _, tc := range []struct {
 		name   string
