@@ -342,8 +342,10 @@ func (t *Tracker) Neutral(r *Record) {}
 //   - Target failures (target_unreachable, target_timeout) never cool r on
 //     their own. The target-failure rule: when r reports target failures
 //     for Config.TargetRuleHosts (2) distinct hosts within
-//     Config.TargetRuleWindow (60s) and, within that window, other records
-//     reported SuccessTarget for each of those hosts, r is the problem (a
+//     Config.TargetRuleWindow (60s) and other records reported
+//     SuccessTarget for each of those host:ports at or after r's first
+//     failure there (so an outage of the hosts themselves cools no one),
+//     r is the problem (a
 //     proxy claiming that sites others reach are down) and it cools as
 //     upstream_error at stage target_connect.
 //   - A failure with Target set whose class has scope "target"
