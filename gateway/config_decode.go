@@ -42,12 +42,234 @@ func decodeTree(text string) (map[string]any, error) {
 // about. The decoder's own line is one too far when that byte is a
 // newline ("[listen" then a line break is reported at the next line), so
 // the line is counted from the byte offset it gives, when it gives one.
+//
+// The decoder's message quotes the text it stopped at ("expected value
+// but found \"SeCrEt\" instead" for password = SeCrEt, its quotes
+// forgotten), and when parsing failed no secret of the file is known to
+// redactText. So a syntax error in the value of a key that may hold a
+// secret (secretKey) is told in rotor's words, which quote nothing of it.
 func (c *Config) parseError(pe toml.ParseError, text string) ConfigError {
 	line := pe.Position.Line
-	if start := pe.Position.Start; start > 0 && start <= len(text) {
+	start := pe.Position.Start
+	if start > 0 && start <= len(text) {
 		line = 1 + strings.Count(text[:start], "\n")
+	} else {
+		start = lineEnd(text, line) // no offset: as far as the line goes
 	}
-	return ConfigError{File: c.path, Line: line, Msg: shownWords(redactText(pe.Message))}
+	msg := shownWords(redactText(pe.Message))
+	st := statementAt(text, start)
+	// The decoder's last key may be the statement's before, and it knows
+	// the parent of a key in an inline table. Its table's name is not
+	// matched: [cooldown.auth_rejected] holds no secret.
+	last := pe.LastKey
+	if st.table != "" && (last == st.table || strings.HasPrefix(last, st.table+".")) {
+		last = last[len(st.table):]
+	}
+	if secretKey(st.key) || secretKey(last) {
+		key := st.name() // the key the text shows at the error
+		if !secretKey(st.key) || st.inline && strings.HasSuffix(pe.LastKey, "."+st.key) {
+			key = pe.LastKey
+		}
+		msg = secretSyntaxMsg(shown(key), pe.Message, st.bare)
+	}
+	return ConfigError{File: c.path, Line: line, Msg: msg}
+}
+
+// secretWords mark the keys whose value may be a secret: password (of a
+// [[client]]; redis_password_env names a variable, but is hidden too),
+// admin_token, url ([[upstream]], and probe.url, which may carry a
+// userinfo), redis ([cluster], redis://:pw@host). They are matched as
+// parts of key names, case ignored, so a misspelt or unknown key that
+// looks like one (passwd, api_key, auth) is hidden as well: hiding costs
+// a syntax error no more than the value's text.
+var secretWords = []string{"pass", "pw", "token", "secret", "auth", "cred", "key", "url", "redis"}
+
+// secretKey reports whether any part of the dotted key k may name a
+// secret (secretWords).
+func secretKey(k string) bool {
+	k = strings.ToLower(k)
+	for _, w := range secretWords {
+		if strings.Contains(k, w) {
+			return true
+		}
+	}
+	return false
+}
+
+// secretSyntaxMsg says what is wrong with the value of key, a key that
+// may hold a secret, without a byte of the value: msg is the decoder's
+// message, which is only matched, never shown unless it quotes nothing.
+// bare tells that the value starts as no string, array or table does.
+func secretSyntaxMsg(key, msg string, bare bool) string {
+	const notShown = " (the value is not shown: it may be a secret)"
+	switch {
+	case strings.HasPrefix(msg, "expected '.' or '='"):
+		return key + ": expected '=' after the key" + notShown
+	case bare || strings.HasPrefix(msg, "expected value but found"):
+		return key + ": the value must be quoted: " + lastPart(key) + ` = "…"` + notShown
+	case strings.Contains(msg, "escape") || strings.Contains(msg, "hexadecimal digits after"):
+		return key + `: invalid escape in the string (write \\ for a backslash, or quote the value with ' instead of ")` + notShown
+	case strings.Contains(msg, "control characters"):
+		return key + `: the string holds a control character (write it as \uXXXX)` + notShown
+	case msg == "strings cannot contain newlines" || strings.HasPrefix(msg, "unexpected EOF"):
+		return key + ": " + msg + notShown // these quote nothing of the value
+	case strings.HasPrefix(msg, "expected a top-level item to end with"):
+		return key + ": unexpected text after the value on its line" + notShown
+	}
+	return key + ": invalid value" + notShown
+}
+
+// lastPart is the last part of the dotted key k.
+func lastPart(k string) string {
+	if i := strings.LastIndexByte(k, '.'); i >= 0 {
+		return k[i+1:]
+	}
+	return k
+}
+
+// lineEnd returns the offset of the end of line n (1-based) of text.
+func lineEnd(text string, n int) int {
+	off := 0
+	for ; n > 1; n-- {
+		i := strings.IndexByte(text[off:], '\n')
+		if i < 0 {
+			return len(text)
+		}
+		off += i + 1
+	}
+	if i := strings.IndexByte(text[off:], '\n'); i >= 0 {
+		return off + i
+	}
+	return len(text)
+}
+
+// statement is the key a byte of a TOML text belongs to the value of.
+type statement struct {
+	table  string // name of the [table] or [[table]] the key is in
+	key    string // the key as written ("password", `"a b".c`); "" for none
+	inline bool   // key is inside an inline table (its parent is not known)
+	bare   bool   // the value starts as no string, array or table does
+}
+
+// name is the dotted name of the key, with its table when known.
+func (st statement) name() string {
+	if st.table == "" || st.inline || st.key == "" {
+		return st.key
+	}
+	return st.table + "." + st.key
+}
+
+// statementAt returns the key whose value the byte at off of text belongs
+// to: the last key before off whose '=' starts a value that off may be
+// in. It reads text as TOML does only as far as that needs (strings,
+// comments, brackets and the separators of keys), so that a syntax error
+// is matched to its key even when it is lines after it, in a multi-line
+// string or array, or comes after a value the decoder took whole
+// (password = 12.3abc). A statement with no '=' yet gets its first word
+// as its key (password SeCrEt). Text the decoder refused is read on as
+// far as off: where it cannot be TOML, the key found last is kept, which
+// hides more rather than less.
+func statementAt(text string, off int) statement {
+	var st statement
+	if off > len(text) {
+		off = len(text)
+	}
+	depth := 0 // open [ and { inside a value
+	lineStart := true
+	delim := -1 // the byte before the current key: '\n', '{' or ','
+	for i := 0; i < off; i++ {
+		ch := text[i]
+		switch {
+		case ch == '\n':
+			lineStart = true
+			if depth == 0 {
+				st.key, st.inline, delim = "", false, i
+			}
+			continue
+		case ch == ' ' || ch == '\t' || ch == '\r':
+			continue
+		case ch == '#':
+			i = skipTo(text, i, off, "\n") - 1
+		case ch == '"' || ch == '\'':
+			i = skipString(text, i, off) - 1
+		case ch == '[' && lineStart && depth == 0:
+			end := skipTo(text, i, off, "\n")
+			name, _, _ := strings.Cut(strings.TrimLeft(text[i:end], "[ \t"), "]")
+			st.table, st.key, delim = strings.TrimSpace(name), "", end
+			i = end - 1
+		case ch == '[' || ch == '{':
+			depth++
+			if ch == '{' {
+				delim = i
+			}
+		case ch == ']' || ch == '}':
+			if depth > 0 {
+				depth--
+			}
+		case ch == ',':
+			delim = i
+		case ch == '=':
+			st.key = strings.TrimSpace(text[delim+1 : i])
+			st.inline = depth > 0
+			v := strings.TrimLeft(text[i+1:], " \t")
+			st.bare = v == "" || !strings.ContainsRune(`"'[{`, rune(v[0]))
+		}
+		if st.key == "" && lineStart && depth == 0 && ch != '=' && ch != '[' && ch != '#' {
+			st.key = firstWord(text[i:])
+		}
+		lineStart = false
+	}
+	return st
+}
+
+// firstWord is the dotted bare key s starts with (letters, digits, '_',
+// '-', '.').
+func firstWord(s string) string {
+	n := 0
+	for n < len(s) && (isAlnum(s[n]) || s[n] == '_' || s[n] == '-' || s[n] == '.') {
+		n++
+	}
+	return s[:n]
+}
+
+// skipTo returns the offset of the first byte of end at or after i in
+// text[:off], or off.
+func skipTo(text string, i, off int, end string) int {
+	if j := strings.Index(text[i:off], end); j >= 0 {
+		return i + j
+	}
+	return off
+}
+
+// skipString returns the offset just past the TOML string that starts at
+// text[i] (basic or literal, single or multi-line), or off when it does
+// not end before off. A single-line string also ends at a newline (the
+// decoder's error then).
+func skipString(text string, i, off int) int {
+	q := text[i]
+	if strings.HasPrefix(text[i:], strings.Repeat(string(q), 3)) {
+		end := strings.Repeat(string(q), 3)
+		for j := i + 3; j < off; j++ {
+			switch {
+			case q == '"' && text[j] == '\\':
+				j++
+			case strings.HasPrefix(text[j:], end):
+				return min(j+3, off)
+			}
+		}
+		return off
+	}
+	for j := i + 1; j < off; j++ {
+		switch {
+		case q == '"' && text[j] == '\\':
+			j++
+		case text[j] == q:
+			return j + 1
+		case text[j] == '\n':
+			return j
+		}
+	}
+	return off
 }
 
 // decode fills c from text, whose plain tree is tree. It returns the
