@@ -224,17 +224,20 @@ func cutUserPassHostPort(s string) (user, pass, hostport string, ok bool) {
 
 // dropQuoted removes the double-quoted parts of s (and the space before
 // each): `invalid port ":80:u:pw" after host` becomes `invalid port after host`.
+// net/url quotes with %q, so a quote inside is escaped (`":Aa4s\"Ss5t'"`)
+// and the part ends at the first quote that is not: ending it at the
+// escaped one showed the rest of the password.
 func dropQuoted(s string) string {
 	for {
 		i := strings.IndexByte(s, '"')
 		if i < 0 {
 			return s
 		}
-		j := strings.IndexByte(s[i+1:], '"')
-		if j < 0 {
-			return strings.TrimSpace(s[:i])
+		q, err := strconv.QuotedPrefix(s[i:])
+		if err != nil {
+			return strings.TrimSpace(s[:i]) // no end: all of it may be secret
 		}
-		s = strings.TrimRight(s[:i], " ") + s[i+1+j+1:]
+		s = strings.TrimRight(s[:i], " ") + s[i+len(q):]
 	}
 }
 
@@ -282,6 +285,13 @@ func splitListHostPort(hp string) (host, port string, err error) {
 		return "", "", fmt.Errorf("invalid host %q", host)
 	}
 	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		// A port that is not a number of up to five digits is more
+		// likely a piece of a password (user:pass:host:port read as
+		// host:port:user:pass for a numeric password, a password holding
+		// '@' or ':' on a line without its host): not quoted.
+		if len(port) > 5 || !isDigits(port) {
+			return "", "", errors.New("invalid port: want a number from 1 to 65535")
+		}
 		return "", "", fmt.Errorf("invalid port %q", port)
 	}
 	return host, port, nil
