@@ -24,9 +24,10 @@ const maxConnectResponseBytes = 16 << 10
 
 // ConnectStatusError is a non-2xx answer to CONNECT (RFC 9110 §9.3.6), or
 // with Plain an http:// proxy's own error answer to a forwarded plain-HTTP
-// request. It never holds request headers, so no credential can leak
-// through it. The class and stage it maps to are in the table in
-// classify.go.
+// request. Its text fields are the proxy's, which may echo rotor's
+// request (Proxy-Authorization included): Error shows them through
+// PeerText, whoever filled them in. The class and stage it maps to are in
+// the table in classify.go.
 type ConnectStatusError struct {
 	StatusCode int    // e.g. 407
 	Status     string // status line after the version, e.g. "407 Proxy Authentication Required"
@@ -44,9 +45,9 @@ func (e *ConnectStatusError) Error() string {
 		what = "the forwarded request"
 	}
 	if e.SquidError != "" {
-		return "proxy answered " + what + " with " + strconv.Quote(e.Status) + " (" + e.SquidError + ")"
+		return "proxy answered " + what + " with " + strconv.Quote(PeerText(e.Status)) + " (" + PeerText(e.SquidError) + ")"
 	}
-	return "proxy answered " + what + " with " + strconv.Quote(e.Status)
+	return "proxy answered " + what + " with " + strconv.Quote(PeerText(e.Status))
 }
 
 // connectDialer tunnels through an HTTP proxy with CONNECT, over TLS to the
@@ -165,8 +166,9 @@ var connectReq = &http.Request{Method: http.MethodConnect}
 // maxConnectResponseBytes of it. On 2xx it returns the bytes read past the
 // header (tunnel data the proxy sent early; usually none). Otherwise it
 // returns *ConnectStatusError, or ErrMalformedReply for anything that is not
-// an HTTP response. Peer text that goes into errors has secret (the
-// proxy password and Basic token) scrubbed, in case a broken proxy echoes the request.
+// an HTTP response. Peer text that goes into errors goes through PeerText
+// with secrets (the proxy password and Basic token), in case a broken
+// proxy echoes the request.
 func readConnectResponse(r io.Reader, secrets ...string) (over []byte, err error) {
 	lr := &io.LimitedReader{R: r, N: maxConnectResponseBytes}
 	br := bufio.NewReaderSize(lr, 4096)
@@ -178,13 +180,13 @@ func readConnectResponse(r io.Reader, secrets ...string) (over []byte, err error
 		if lr.N == 0 {
 			return nil, fmt.Errorf("%w: CONNECT response header over %d bytes", ErrMalformedReply, maxConnectResponseBytes)
 		}
-		return nil, fmt.Errorf("%w: CONNECT response: %s", ErrMalformedReply, sanitize(err.Error(), secrets))
+		return nil, fmt.Errorf("%w: CONNECT response: %s", ErrMalformedReply, PeerText(err.Error(), secrets...))
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		return nil, &ConnectStatusError{
 			StatusCode: resp.StatusCode,
-			Status:     sanitize(resp.Status, secrets),
-			SquidError: sanitize(resp.Header.Get("X-Squid-Error"), secrets),
+			Status:     PeerText(resp.Status, secrets...),
+			SquidError: PeerText(resp.Header.Get("X-Squid-Error"), secrets...),
 		}
 	}
 	if n := br.Buffered(); n > 0 {
@@ -192,26 +194,6 @@ func readConnectResponse(r io.Reader, secrets ...string) (over []byte, err error
 		over = append([]byte(nil), p...)
 	}
 	return over, nil
-}
-
-// sanitize bounds and cleans peer-controlled text before it goes into an
-// error string (logs, admin API history), and removes secrets from it.
-func sanitize(s string, secrets []string) string {
-	for _, sec := range secrets {
-		if len(sec) >= 3 {
-			s = strings.ReplaceAll(s, sec, "xxxxx")
-		}
-	}
-	const max = 128
-	if len(s) > max {
-		s = s[:max]
-	}
-	return strings.Map(func(r rune) rune {
-		if r < 0x20 || r == 0x7f {
-			return '?'
-		}
-		return r
-	}, s)
 }
 
 // bufferedConn serves bytes the proxy sent right after its CONNECT answer
