@@ -4,13 +4,17 @@ package gateway
 // URLs and client credentials never reach logs, errors, the admin API,
 // metrics labels or panics. This file is the one place that knows how to
 // hide them in text rotor did not build itself (parser messages, dial
-// errors, panic values). Upstream URLs that did parse go through
-// upstream.Redact; everything else goes through redactURL or redactText.
+// errors, panic values, a record's details). Upstream URLs that did parse
+// go through upstream.Redact; everything else goes through redactURL,
+// redactText or detailScrubber.
 
 import (
+	"encoding/base64"
 	"net"
 	"net/url"
 	"strings"
+
+	"github.com/rotor-proxy/rotor/upstream"
 )
 
 // redacted replaces a hidden secret; it matches upstream.Redact.
@@ -59,13 +63,15 @@ func isScheme(s string) bool {
 }
 
 // redactText hides, anywhere in s, the password of every URL with
-// userinfo (scheme://user:pass@host) and every occurrence of each secret
+// userinfo (scheme://user:pass@host), every occurrence of each secret
 // of at least minSecretLen bytes, raw and percent-encoded as in a URL's
-// userinfo. Pass the secrets known to the caller (the client and upstream
-// passwords, the admin token) when s may echo them outside a URL. A URL
-// in s is taken to end at white space, so a password holding a space is
-// only hidden when it is passed as a secret: callers holding the raw URL
-// use redactURL on it instead.
+// userinfo, and what upstream.HideCredentials finds without knowing a
+// secret: Authorization and Proxy-Authorization header values, base64
+// user:password tokens. Pass the secrets known to the caller (the client
+// and upstream passwords, the admin token) when s may echo them outside a
+// URL. A URL in s is taken to end at white space, so a password holding a
+// space is only hidden when it is passed as a secret: callers holding the
+// raw URL use redactURL on it instead.
 func redactText(s string, secrets ...string) string {
 	var b strings.Builder
 	rest := s
@@ -96,7 +102,57 @@ func redactText(s string, secrets ...string) string {
 			out = strings.ReplaceAll(out, enc, redacted)
 		}
 	}
-	return out
+	return upstream.HideCredentials(out)
+}
+
+// userinfoSecrets are the forms in which rotor sends the password of ui
+// to an upstream, or writes it: as it is (RFC 1929 sends it raw),
+// percent-encoded (in a URL's userinfo, a query or a path), and in the
+// Basic token of user:password (RFC 7617; padded and not). None when ui
+// holds no password.
+func userinfoSecrets(ui *url.Userinfo) []string {
+	if ui == nil {
+		return nil
+	}
+	pw, ok := ui.Password()
+	if !ok || pw == "" {
+		return nil
+	}
+	token := base64.StdEncoding.EncodeToString([]byte(ui.Username() + ":" + pw))
+	return []string{pw, url.QueryEscape(pw), url.PathEscape(pw), strings.TrimPrefix(url.UserPassword("", pw).String(), ":"),
+		token, strings.TrimRight(token, "=")}
+}
+
+// detailScrubber returns the filter for the details of the record of an
+// upstream whose credentials are ui (nil: none), before they leave the
+// process (admin API, state file). Details come from errors, which carry
+// text the upstream sent (a reason phrase that echoes rotor's request):
+// the filter hides ui's password in every form rotor sends it
+// (userinfoSecrets), every header value and token redactText finds, and
+// the start of a secret at the end of a detail that health cut to its
+// bound ("…"), whose rest was cut off.
+func detailScrubber(ui *url.Userinfo) func(string) string {
+	secrets := userinfoSecrets(ui)
+	return func(s string) string {
+		return hideCutSecret(redactText(s, secrets...), secrets)
+	}
+}
+
+// hideCutSecret hides, when s ends with "…" (a cut), a start of one of
+// secrets of at least minSecretLen bytes that s ends with before it.
+func hideCutSecret(s string, secrets []string) string {
+	body, ok := strings.CutSuffix(s, "…")
+	if !ok {
+		return s
+	}
+	for _, sec := range secrets {
+		for k := len(sec) - 1; k >= minSecretLen; k-- {
+			if strings.HasSuffix(body, sec[:k]) {
+				return body[:len(body)-k] + redacted + "…"
+			}
+		}
+	}
+	return s
 }
 
 // redactAuthority hides the password in s, the text after "scheme://" (or
