@@ -156,6 +156,13 @@ func (p *probeSpec) run(ctx context.Context, d Dialer) error {
 		if lr.N <= 0 {
 			return fmt.Errorf("probe response: header exceeds %d bytes", maxProbeHeader)
 		}
+		if msg := err.Error(); strings.Contains(msg, `"`) {
+			// net/http quotes the line it could not parse: an upstream
+			// that echoes the request would put its Proxy-Authorization
+			// into the record's detail and the log.
+			msg, _, _ = strings.Cut(msg, `"`)
+			return fmt.Errorf("probe response: %s(the line is not shown: it may echo the request)", msg)
+		}
 		return fmt.Errorf("probe response: %w", err)
 	}
 	defer resp.Body.Close()

@@ -209,3 +209,23 @@ func TestClassifyProbe(t *testing.T) {
 		})
 	}
 }
+
+// TestProbeErrorHidesEchoedLine: an answer net/http cannot parse is not
+// quoted into the probe's error (the record's detail, the log): an
+// upstream that echoes the request would show its Proxy-Authorization.
+func TestProbeErrorHidesEchoedLine(t *testing.T) {
+	addr := rawServer(t, func(c net.Conn) {
+		c.Read(make([]byte, 512))
+		io.WriteString(c, "Proxy-Authorization: Basic Ym9iOkh0VHBQdw==\r\n\r\n")
+	})
+	err := runProbeSpec(t, ProbeConfig{URL: "http://" + addr + "/"}, &net.Dialer{})
+	if err == nil {
+		t.Fatal("probe passed")
+	}
+	if strings.Contains(err.Error(), "Ym9i") || strings.Contains(err.Error(), "Basic") {
+		t.Errorf("probe error quotes the answer: %v", err)
+	}
+	if got := classifyProbe(err); got != UpstreamError {
+		t.Errorf("class %v, want upstream_error", got)
+	}
+}
