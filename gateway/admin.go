@@ -617,11 +617,17 @@ func (s *Server) record(e *upstream.Endpoint) upstreamJSON {
 	return j
 }
 
-// passwordScrubber returns a filter that replaces e's password wherever it
-// appears. Details come from errors that should never carry it (upstream
-// redacts its errors); this is the last line of defence for the API.
+// passwordScrubber returns the filter for e's details (detailScrubber):
+// its password in every form rotor sends it, header values and tokens.
+// Details come from errors that should never carry them (upstream redacts
+// its errors); this is the last line of defence for the API and the state
+// file.
 func passwordScrubber(e *upstream.Endpoint) func(string) string {
-	return scrubPassword(endpointPassword(e))
+	var ui *url.Userinfo
+	if e.URL != nil {
+		ui = e.URL.User
+	}
+	return detailScrubber(ui)
 }
 
 // endpointPassword is e's upstream password, or "".
@@ -631,14 +637,6 @@ func endpointPassword(e *upstream.Endpoint) string {
 		pw, _ = e.URL.User.Password()
 	}
 	return pw
-}
-
-// scrubPassword returns a filter that replaces pw wherever it appears.
-func scrubPassword(pw string) func(string) string {
-	if len(pw) < 3 { // a one- or two-letter password would shred every detail
-		return func(s string) string { return s }
-	}
-	return func(s string) string { return strings.ReplaceAll(s, pw, "xxxxx") }
 }
 
 func classPtr(c health.Class) *string {

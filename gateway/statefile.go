@@ -32,6 +32,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net/url"
 	"os"
 	"path/filepath"
 	"sync"
@@ -314,7 +315,7 @@ func (s *Server) statePathInUse() string {
 type removedSecrets struct {
 	mu sync.Mutex
 	// mu guards the field below.
-	pw map[string]string
+	pw map[string]*url.Userinfo
 }
 
 // note keeps the passwords of the endpoints of before that are not in
@@ -329,9 +330,9 @@ func (rs *removedSecrets) note(before, after []*upstream.Endpoint) {
 	for _, e := range before {
 		if pw := endpointPassword(e); !keys[e.Key] && pw != "" {
 			if rs.pw == nil {
-				rs.pw = map[string]string{}
+				rs.pw = map[string]*url.Userinfo{}
 			}
-			rs.pw[e.Key] = pw
+			rs.pw[e.Key] = e.URL.User
 		}
 	}
 }
@@ -345,14 +346,14 @@ func (rs *removedSecrets) scrubbers(gone []health.Removed) []func(string) string
 	defer rs.mu.Unlock()
 	found := 0
 	for i, g := range gone {
-		pw, ok := rs.pw[g.Snapshot.Key]
+		ui, ok := rs.pw[g.Snapshot.Key]
 		if ok {
 			found++
 		}
-		out[i] = scrubPassword(pw)
+		out[i] = detailScrubber(ui)
 	}
 	if found < len(rs.pw) {
-		keep := make(map[string]string, found)
+		keep := make(map[string]*url.Userinfo, found)
 		for _, g := range gone {
 			if pw, ok := rs.pw[g.Snapshot.Key]; ok {
 				keep[g.Snapshot.Key] = pw
