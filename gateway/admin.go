@@ -311,7 +311,7 @@ func (s *Server) serveDisable(w http.ResponseWriter, r *http.Request, e *upstrea
 		Detail string `json:"detail"`
 	}
 	if err := decodeBody(w, r, &body); err != nil && !errors.Is(err, io.EOF) {
-		writeError(w, http.StatusBadRequest, "invalid body: want no body or JSON {\"detail\": \"why\"}: "+err.Error())
+		writeBodyError(w, err, "no body or JSON {\"detail\": \"why\"}")
 		return
 	}
 	detail := "disabled via admin API"
@@ -346,6 +346,18 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
 	}
 }
 
+// writeBodyError answers a body decodeBody refused: 413 for one over
+// maxReportBody (the client must send less, not something else; the
+// reader's own text, "http: request body too large", was given as a 400),
+// else 400. want says what the endpoint takes.
+func writeBodyError(w http.ResponseWriter, err error, want string) {
+	if mb := (*http.MaxBytesError)(nil); errors.As(err, &mb) {
+		writeError(w, http.StatusRequestEntityTooLarge, "body over "+strconv.FormatInt(mb.Limit, 10)+" bytes: want "+want)
+		return
+	}
+	writeError(w, http.StatusBadRequest, "invalid body: want "+want+": "+err.Error())
+}
+
 // serveEnable moves a disabled or cooling upstream to probe_allowed: it
 // serves again only after a passing probe. On a probe_allowed upstream
 // with no probe running it makes sure one is queued.
@@ -353,7 +365,7 @@ func (s *Server) serveEnable(w http.ResponseWriter, r *http.Request, e *upstream
 	// It takes no fields: a body that is not empty or {} is refused, as
 	// the other actions refuse what they do not understand.
 	if err := decodeBody(w, r, &struct{}{}); err != nil && !errors.Is(err, io.EOF) {
-		writeError(w, http.StatusBadRequest, "invalid body: want no body or {}: "+err.Error())
+		writeBodyError(w, err, "no body or {}")
 		return
 	}
 	if err := s.tr.Enable(e.Record()); err != nil {
@@ -380,7 +392,7 @@ type reportBody struct {
 func (s *Server) serveReport(w http.ResponseWriter, r *http.Request, e *upstream.Endpoint) {
 	var body reportBody
 	if err := decodeBody(w, r, &body); err != nil {
-		writeError(w, http.StatusBadRequest, "invalid body: want JSON {\"class\", \"detail\", \"target\", \"stage\"}: "+err.Error())
+		writeBodyError(w, err, "JSON {\"class\", \"detail\", \"target\", \"stage\"}")
 		return
 	}
 	class, ok := health.ParseClass(body.Class)
