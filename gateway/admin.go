@@ -380,7 +380,9 @@ func (s *Server) serveEnable(w http.ResponseWriter, r *http.Request, e *upstream
 type reportBody struct {
 	Class  string `json:"class"`
 	Detail string `json:"detail"`
-	Target string `json:"target"`
+	// Target is kept raw to tell a field left out (the whole upstream)
+	// from one given blank or null, which reportTarget refuses.
+	Target json.RawMessage `json:"target"`
 	// Stage is optional (not in the contract's body): the default comes
 	// from the class, see reportStage.
 	Stage string `json:"stage"`
@@ -411,9 +413,9 @@ func (s *Server) serveReport(w http.ResponseWriter, r *http.Request, e *upstream
 	if d := cleanText(body.Detail, 200); d != "" {
 		detail += ": " + d
 	}
-	host, why := targetHost(body.Target)
-	if why != "" {
-		writeError(w, http.StatusBadRequest, "invalid target "+quoteName(body.Target)+": "+why)
+	host, msg := reportTarget(body.Target)
+	if msg != "" {
+		writeError(w, http.StatusBadRequest, msg)
 		return
 	}
 	f := &health.Failure{Class: class, Stage: stage, Target: host, Err: errors.New(detail)}
@@ -470,18 +472,39 @@ func reportStage(c health.Class) health.Stage {
 	}
 }
 
+// reportTarget reads a report's target field: "" when it was left out
+// (the report is for the whole upstream), else its host (targetHost). A
+// target given blank ("", "  ") or null is refused (msg says why), not
+// taken as none: a script whose host variable came out empty would
+// otherwise cool the upstream for every site, whatever the class's scope.
+func reportTarget(raw json.RawMessage) (host, msg string) {
+	if raw == nil {
+		return "", ""
+	}
+	var t string
+	if err := json.Unmarshal(raw, &t); err != nil {
+		return "", "invalid target " + cleanText(string(raw), 200) + ": want a JSON string"
+	}
+	if string(raw) == "null" || strings.TrimSpace(t) == "" {
+		return "", "invalid target " + cleanText(string(raw), 200) + ": it is empty; name the host the failure was seen for, " +
+			"or leave \"target\" out to report it for the whole upstream"
+	}
+	host, why := targetHost(t)
+	if why != "" {
+		return "", "invalid target " + quoteName(t) + ": " + why
+	}
+	return host, ""
+}
+
 // targetHost reduces a reported target (a host, host:port, [v6]:port or
 // a URL pasted from a scraper's log) to a lower-case host without port,
-// the key of per-target cooldowns; "" when none is given. For anything
-// else why says what is wrong: a cooldown for a host no request can name
+// the key of per-target cooldowns. For anything else (blank too) why
+// says what is wrong: a cooldown for a host no request can name
 // would do nothing, silently. A port, when there is one, is checked as the
 // fronts check a client's (1 to 65535: "host:0" names no target).
 func targetHost(t string) (host, why string) {
 	const want = "want a host name or IP address, host:port, or a URL"
 	t = strings.TrimSpace(t)
-	if t == "" {
-		return "", ""
-	}
 	port := ""
 	if strings.Contains(t, "://") {
 		u, err := url.Parse(t)

@@ -43,3 +43,57 @@ func TestAdminBodyTooLarge(t *testing.T) {
 		})
 	}
 }
+
+// TestAdminReportBlankTarget: a target field given but blank or null is a
+// 400 that changes nothing, while a report without the field is still for
+// the whole upstream (bug: "" and "  " were taken as no target, so a
+// script whose host variable came out empty cooled the upstream for every
+// site, even with scope = "target").
+func TestAdminReportBlankTarget(t *testing.T) {
+	for _, target := range []string{`""`, `"  "`, `"\t"`, `" \r\n "`, `null`} {
+		t.Run(target, func(t *testing.T) {
+			f := newAdminFixture(t, adminConfig, fixedClock())
+			code, hdr, body := f.do(t, "POST", "/api/upstreams/dc-1/report", `{"class":"target_http_error","target":`+target+`}`)
+			if code != http.StatusBadRequest {
+				t.Fatalf("code = %d, want 400 (%s)", code, body)
+			}
+			assertJSONError(t, hdr, body)
+			if !strings.Contains(body, `leave \"target\" out`) {
+				t.Errorf("error %s does not say to leave the field out", body)
+			}
+			rec := f.record(t, "dc-1")
+			if rec["state"] != "eligible" || len(rec["history"].([]any)) != 0 || len(rec["failures"].(map[string]any)) != 0 {
+				t.Errorf("a refused report changed the record: state %v, failures %v, history %v", rec["state"], rec["failures"], rec["history"])
+			}
+		})
+	}
+	t.Run("a target of another type", func(t *testing.T) {
+		f := newAdminFixture(t, adminConfig, fixedClock())
+		code, _, body := f.do(t, "POST", "/api/upstreams/dc-1/report", `{"class":"target_http_error","target":5}`)
+		if code != http.StatusBadRequest || !strings.Contains(body, "want a JSON string") {
+			t.Fatalf("got %d %s, want 400 asking for a JSON string", code, body)
+		}
+	})
+	t.Run("no target field", func(t *testing.T) {
+		f := newAdminFixture(t, adminConfig, fixedClock())
+		code, _, body := f.do(t, "POST", "/api/upstreams/dc-1/report", `{"class":"target_http_error","detail":"ban"}`)
+		if code != http.StatusOK {
+			t.Fatalf("code = %d, want 200 (%s)", code, body)
+		}
+		rec := f.record(t, "dc-1")
+		if rec["state"] != "cooling" || len(rec["targets"].([]any)) != 0 {
+			t.Errorf("state %v, targets %v: want the whole upstream cooling", rec["state"], rec["targets"])
+		}
+	})
+	t.Run("white space around a host", func(t *testing.T) {
+		f := newAdminFixture(t, adminConfig, fixedClock())
+		code, _, body := f.do(t, "POST", "/api/upstreams/dc-1/report", `{"class":"target_http_error","target":" shop.example "}`)
+		if code != http.StatusOK {
+			t.Fatalf("code = %d, want 200 (%s)", code, body)
+		}
+		rec := f.record(t, "dc-1")
+		if ts := rec["targets"].([]any); rec["state"] != "eligible" || len(ts) != 1 || ts[0].(map[string]any)["host"] != "shop.example" {
+			t.Errorf("state %v, targets %v: want shop.example only", rec["state"], ts)
+		}
+	})
+}
