@@ -497,9 +497,9 @@ func reportTarget(raw json.RawMessage) (host, msg string) {
 }
 
 // targetHost reduces a reported target (a host, host:port, [v6]:port or
-// a URL pasted from a scraper's log) to a lower-case host without port,
-// the key of per-target cooldowns. For anything else (blank too) why
-// says what is wrong: a cooldown for a host no request can name
+// a URL pasted from a scraper's log) to a lower-case host without port or
+// trailing dot, the key of per-target cooldowns. For anything else (blank
+// too) why says what is wrong: a cooldown for a host no request can name
 // would do nothing, silently. A port, when there is one, is checked as the
 // fronts check a client's (1 to 65535: "host:0" names no target).
 func targetHost(t string) (host, why string) {
@@ -521,7 +521,9 @@ func targetHost(t string) (host, why string) {
 		t = t[1 : len(t)-1]
 	}
 	t = strings.ToLower(t)
-	if !validTargetHost(t) {
+	// validTargetHost takes a trailing dot, as the fronts do, and misses
+	// the empty label before a second one.
+	if !validTargetHost(t) || strings.HasSuffix(t, "..") {
 		return "", want
 	}
 	if port != "" {
@@ -529,7 +531,9 @@ func targetHost(t string) (host, why string) {
 			return "", "the port must be a number from 1 to 65535"
 		}
 	}
-	return t, ""
+	// "h.example." is the same name as "h.example" (the empty root label,
+	// RFC 1034 §3.1): one host's cooldowns must not split in two.
+	return strings.TrimSuffix(t, "."), ""
 }
 
 // cleanText drops control characters and bounds s to n bytes, so a

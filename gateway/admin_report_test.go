@@ -97,3 +97,36 @@ func TestAdminReportBlankTarget(t *testing.T) {
 		}
 	})
 }
+
+// TestAdminReportTargetNormalised: a reported host is one key whatever its
+// case and a trailing dot, the key the data path admits "h.example:443"
+// under (bug: "h.example." was stored as a host of its own beside
+// "h.example", and a ban reported with the dot kept nothing from it).
+func TestAdminReportTargetNormalised(t *testing.T) {
+	f := newAdminFixture(t, adminConfig, fixedClock())
+	for _, target := range []string{"h.example.", "H.Example", "H.EXAMPLE.:443", "https://H.Example./ban"} {
+		code, _, body := f.do(t, "POST", "/api/upstreams/dc-1/report", `{"class":"target_http_error","target":"`+target+`"}`)
+		if code != http.StatusOK {
+			t.Fatalf("%s: code = %d, want 200 (%s)", target, code, body)
+		}
+	}
+	rec := f.record(t, "dc-1")
+	ts := rec["targets"].([]any)
+	if len(ts) != 1 || ts[0].(map[string]any)["host"] != "h.example" {
+		t.Errorf("targets = %v, want h.example alone", ts)
+	}
+	for _, h := range rec["history"].([]any) {
+		if got := h.(map[string]any)["target"]; got != "h.example" {
+			t.Errorf("history entry for target %v, want h.example", got)
+		}
+	}
+	if e := f.srv.pool.Lookup("dc-1"); !f.srv.tr.TargetCooling(e.Record(), "h.example:443") {
+		t.Error("a request for h.example:443 is not refused on dc-1")
+	}
+
+	// One dot only: a second leaves an empty label, no host name.
+	code, _, body := f.do(t, "POST", "/api/upstreams/dc-1/report", `{"class":"target_http_error","target":"other.example.."}`)
+	if code != http.StatusBadRequest {
+		t.Errorf("other.example..: code = %d, want 400 (%s)", code, body)
+	}
+}
