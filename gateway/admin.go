@@ -409,20 +409,39 @@ func (s *Server) serveReport(w http.ResponseWriter, r *http.Request, e *upstream
 			return
 		}
 	}
-	detail := "reported by client"
-	if d := cleanText(body.Detail, 200); d != "" {
-		detail += ": " + d
-	}
 	host, msg := reportTarget(body.Target)
 	if msg != "" {
 		writeError(w, http.StatusBadRequest, msg)
 		return
+	}
+	detail := "reported by client"
+	if host != "" && !reportScopedToTarget(s.cfg.Load(), class) {
+		// The cooling is the whole upstream's, and its history entry names
+		// no target: the detail keeps the site that set it off.
+		detail += " for " + host
+	}
+	if d := cleanText(body.Detail, 200); d != "" {
+		detail += ": " + d
 	}
 	f := &health.Failure{Class: class, Stage: stage, Target: host, Err: errors.New(detail)}
 	s.pool.Report(e, f)
 	s.log.Info().Str("upstream", e.Name).Str("client", r.RemoteAddr).Str("class", class.String()).
 		Str("stage", stage.String()).Str("target", f.Target).Msg("admin: failure reported")
 	writeJSON(w, http.StatusOK, s.record(e))
+}
+
+// reportScopedToTarget reports whether a failure of class c that names a
+// target cools the upstream for that host only under cfg's scopes, as
+// trackerConfig hands them to health ([target_http_error] and [slow_body]
+// scope; every other class is the upstream's).
+func reportScopedToTarget(cfg *Config, c health.Class) bool {
+	switch c {
+	case health.TargetHTTPError:
+		return cfg.TargetHTTPError.Scope == "target"
+	case health.SlowBody:
+		return cfg.SlowBody.Scope == "target"
+	}
+	return false
 }
 
 // reportableClasses lists the classes /report accepts.

@@ -130,3 +130,47 @@ func TestAdminReportTargetNormalised(t *testing.T) {
 		t.Errorf("other.example..: code = %d, want 400 (%s)", code, body)
 	}
 }
+
+// TestAdminReportWholeUpstreamNamesTarget: a report that cools the whole
+// upstream keeps the target it named in its history entry's detail (bug:
+// the target was dropped, so the operator could not tell which site set it
+// off); a report scoped to its target keeps it in the entry's target.
+func TestAdminReportWholeUpstreamNamesTarget(t *testing.T) {
+	tests := []struct {
+		name, config, body string
+		wantState          string
+		wantDetail         string
+		wantTarget         any // the history entry's target; nil when it has none
+	}{
+		{"a class the upstream's", adminConfig, `{"class":"refused","detail":"exit blocked","target":"Shop.Example:443"}`,
+			"cooling", "reported by client for shop.example: exit blocked", nil},
+		{"a ban under scope upstream", adminConfig + "\n[target_http_error]\nscope = \"upstream\"\n",
+			`{"class":"target_http_error","target":"https://shop.example/ban"}`,
+			"cooling", "reported by client for shop.example", nil},
+		{"a ban under scope target", adminConfig, `{"class":"target_http_error","detail":"captcha","target":"shop.example"}`,
+			"eligible", "reported by client: captcha", "shop.example"},
+		{"a slow body under scope target", adminConfig + "\n[slow_body]\nscope = \"target\"\n", `{"class":"slow_body","target":"shop.example"}`,
+			"eligible", "reported by client", "shop.example"},
+		{"no target", adminConfig, `{"class":"refused","detail":"x"}`, "cooling", "reported by client: x", nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newAdminFixture(t, tt.config, fixedClock())
+			if code, _, body := f.do(t, "POST", "/api/upstreams/dc-1/report", tt.body); code != http.StatusOK {
+				t.Fatalf("code = %d, want 200 (%s)", code, body)
+			}
+			rec := f.record(t, "dc-1")
+			hist := rec["history"].([]any)
+			if rec["state"] != tt.wantState || len(hist) != 1 {
+				t.Fatalf("state %v, history %v: want %s and one entry", rec["state"], hist, tt.wantState)
+			}
+			h := hist[0].(map[string]any)
+			if h["detail"] != tt.wantDetail || h["target"] != tt.wantTarget {
+				t.Errorf("history entry detail %q, target %v; want %q, %v", h["detail"], h["target"], tt.wantDetail, tt.wantTarget)
+			}
+			if tt.wantState == "cooling" && rec["detail"] != tt.wantDetail {
+				t.Errorf("record detail %q, want %q", rec["detail"], tt.wantDetail)
+			}
+		})
+	}
+}
