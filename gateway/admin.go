@@ -311,7 +311,7 @@ func (s *Server) serveDisable(w http.ResponseWriter, r *http.Request, e *upstrea
 		Detail string `json:"detail"`
 	}
 	if err := decodeBody(w, r, &body); err != nil && !errors.Is(err, io.EOF) {
-		writeError(w, http.StatusBadRequest, "invalid body: want no body or JSON {\"detail\": \"why\"}: "+err.Error())
+		writeBodyError(w, err, "no body or JSON {\"detail\": \"why\"}")
 		return
 	}
 	detail := "disabled via admin API"
@@ -346,6 +346,18 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
 	}
 }
 
+// writeBodyError answers a body decodeBody refused: 413 for one over
+// maxReportBody (the client must send less, not something else; the
+// reader's own text, "http: request body too large", was given as a 400),
+// else 400. want says what the endpoint takes.
+func writeBodyError(w http.ResponseWriter, err error, want string) {
+	if mb := (*http.MaxBytesError)(nil); errors.As(err, &mb) {
+		writeError(w, http.StatusRequestEntityTooLarge, "body over "+strconv.FormatInt(mb.Limit, 10)+" bytes: want "+want)
+		return
+	}
+	writeError(w, http.StatusBadRequest, "invalid body: want "+want+": "+err.Error())
+}
+
 // serveEnable moves a disabled or cooling upstream to probe_allowed: it
 // serves again only after a passing probe. On a probe_allowed upstream
 // with no probe running it makes sure one is queued.
@@ -353,7 +365,7 @@ func (s *Server) serveEnable(w http.ResponseWriter, r *http.Request, e *upstream
 	// It takes no fields: a body that is not empty or {} is refused, as
 	// the other actions refuse what they do not understand.
 	if err := decodeBody(w, r, &struct{}{}); err != nil && !errors.Is(err, io.EOF) {
-		writeError(w, http.StatusBadRequest, "invalid body: want no body or {}: "+err.Error())
+		writeBodyError(w, err, "no body or {}")
 		return
 	}
 	if err := s.tr.Enable(e.Record()); err != nil {
@@ -368,7 +380,9 @@ func (s *Server) serveEnable(w http.ResponseWriter, r *http.Request, e *upstream
 type reportBody struct {
 	Class  string `json:"class"`
 	Detail string `json:"detail"`
-	Target string `json:"target"`
+	// Target is kept raw to tell a field left out (the whole upstream)
+	// from one given blank or null, which reportTarget refuses.
+	Target json.RawMessage `json:"target"`
 	// Stage is optional (not in the contract's body): the default comes
 	// from the class, see reportStage.
 	Stage string `json:"stage"`
@@ -380,7 +394,7 @@ type reportBody struct {
 func (s *Server) serveReport(w http.ResponseWriter, r *http.Request, e *upstream.Endpoint) {
 	var body reportBody
 	if err := decodeBody(w, r, &body); err != nil {
-		writeError(w, http.StatusBadRequest, "invalid body: want JSON {\"class\", \"detail\", \"target\", \"stage\"}: "+err.Error())
+		writeBodyError(w, err, "JSON {\"class\", \"detail\", \"target\", \"stage\"}")
 		return
 	}
 	class, ok := health.ParseClass(body.Class)
@@ -395,20 +409,39 @@ func (s *Server) serveReport(w http.ResponseWriter, r *http.Request, e *upstream
 			return
 		}
 	}
+	host, msg := reportTarget(body.Target)
+	if msg != "" {
+		writeError(w, http.StatusBadRequest, msg)
+		return
+	}
 	detail := "reported by client"
+	if host != "" && !reportScopedToTarget(s.cfg.Load(), class) {
+		// The cooling is the whole upstream's, and its history entry names
+		// no target: the detail keeps the site that set it off.
+		detail += " for " + host
+	}
 	if d := cleanText(body.Detail, 200); d != "" {
 		detail += ": " + d
-	}
-	host, why := targetHost(body.Target)
-	if why != "" {
-		writeError(w, http.StatusBadRequest, "invalid target "+quoteName(body.Target)+": "+why)
-		return
 	}
 	f := &health.Failure{Class: class, Stage: stage, Target: host, Err: errors.New(detail)}
 	s.pool.Report(e, f)
 	s.log.Info().Str("upstream", e.Name).Str("client", r.RemoteAddr).Str("class", class.String()).
 		Str("stage", stage.String()).Str("target", f.Target).Msg("admin: failure reported")
 	writeJSON(w, http.StatusOK, s.record(e))
+}
+
+// reportScopedToTarget reports whether a failure of class c that names a
+// target cools the upstream for that host only under cfg's scopes, as
+// trackerConfig hands them to health ([target_http_error] and [slow_body]
+// scope; every other class is the upstream's).
+func reportScopedToTarget(cfg *Config, c health.Class) bool {
+	switch c {
+	case health.TargetHTTPError:
+		return cfg.TargetHTTPError.Scope == "target"
+	case health.SlowBody:
+		return cfg.SlowBody.Scope == "target"
+	}
+	return false
 }
 
 // reportableClasses lists the classes /report accepts.
@@ -458,18 +491,39 @@ func reportStage(c health.Class) health.Stage {
 	}
 }
 
+// reportTarget reads a report's target field: "" when it was left out
+// (the report is for the whole upstream), else its host (targetHost). A
+// target given blank ("", "  ") or null is refused (msg says why), not
+// taken as none: a script whose host variable came out empty would
+// otherwise cool the upstream for every site, whatever the class's scope.
+func reportTarget(raw json.RawMessage) (host, msg string) {
+	if raw == nil {
+		return "", ""
+	}
+	var t string
+	if err := json.Unmarshal(raw, &t); err != nil {
+		return "", "invalid target " + cleanText(string(raw), 200) + ": want a JSON string"
+	}
+	if string(raw) == "null" || strings.TrimSpace(t) == "" {
+		return "", "invalid target " + cleanText(string(raw), 200) + ": it is empty; name the host the failure was seen for, " +
+			"or leave \"target\" out to report it for the whole upstream"
+	}
+	host, why := targetHost(t)
+	if why != "" {
+		return "", "invalid target " + quoteName(t) + ": " + why
+	}
+	return host, ""
+}
+
 // targetHost reduces a reported target (a host, host:port, [v6]:port or
-// a URL pasted from a scraper's log) to a lower-case host without port,
-// the key of per-target cooldowns; "" when none is given. For anything
-// else why says what is wrong: a cooldown for a host no request can name
+// a URL pasted from a scraper's log) to a lower-case host without port or
+// trailing dot, the key of per-target cooldowns. For anything else (blank
+// too) why says what is wrong: a cooldown for a host no request can name
 // would do nothing, silently. A port, when there is one, is checked as the
 // fronts check a client's (1 to 65535: "host:0" names no target).
 func targetHost(t string) (host, why string) {
 	const want = "want a host name or IP address, host:port, or a URL"
 	t = strings.TrimSpace(t)
-	if t == "" {
-		return "", ""
-	}
 	port := ""
 	if strings.Contains(t, "://") {
 		u, err := url.Parse(t)
@@ -486,7 +540,9 @@ func targetHost(t string) (host, why string) {
 		t = t[1 : len(t)-1]
 	}
 	t = strings.ToLower(t)
-	if !validTargetHost(t) {
+	// validTargetHost takes a trailing dot, as the fronts do, and misses
+	// the empty label before a second one.
+	if !validTargetHost(t) || strings.HasSuffix(t, "..") {
 		return "", want
 	}
 	if port != "" {
@@ -494,7 +550,9 @@ func targetHost(t string) (host, why string) {
 			return "", "the port must be a number from 1 to 65535"
 		}
 	}
-	return t, ""
+	// "h.example." is the same name as "h.example" (the empty root label,
+	// RFC 1034 §3.1): one host's cooldowns must not split in two.
+	return strings.TrimSuffix(t, "."), ""
 }
 
 // cleanText drops control characters and bounds s to n bytes, so a
