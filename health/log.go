@@ -35,6 +35,8 @@ func (t *Tracker) logChange(c change) {
 		ev.Str("detail", c.tr.Detail).Msg("upstream record restored")
 	case c.tr.Target != "":
 		ev.Str("target", c.tr.Target).Msg("upstream cooled for target")
+	case c.tr.From == c.tr.To && c.tr.To == Disabled:
+		ev.Msg("upstream disable recorded, state unchanged") // an operator's, over the config's
 	case c.tr.From == c.tr.To:
 		ev.Msg("upstream enable recorded, state unchanged") // enabledHere
 	default:

@@ -40,8 +40,10 @@ type Record struct {
 	roster  *Roster // kept in step with gate (roster.go); nil: none
 	member  int     // r's index in roster
 	// configDisabled says the record is disabled by its config entry
-	// (disabled = true), not by an operator or permanent_after.
-	configDisabled bool
+	// (disabled = true). opHeld says a disable of another kind (an
+	// operator's, permanent_after) holds besides it: the config's
+	// disabled = false then leaves the record disabled.
+	configDisabled, opHeld bool
 	// epoch increments on every transition, and when the credentials
 	// change under a running probe (CredentialsChanged); probe results
 	// and scheduled items carrying an older epoch are stale and dropped
@@ -463,23 +465,58 @@ func truncate(s string, n int) string {
 
 // Disable moves r to disabled with reason operator; it stays in the list
 // and in Export. detail is kept in the history. Disabling a disabled
-// record changes nothing.
+// record changes nothing, but for one disabled by the config only:
+//
+// Both the config (disabled = true) and an operator may hold a record
+// disabled, each whatever the other did first: the config's disable of a
+// disabled record marks it disabled by the config too (so an operator's
+// enable is refused while the entry says so), and an operator's disable
+// of a record the config disables is recorded as the operator's (its
+// detail and a history entry), so the config's disabled = false later
+// leaves it disabled. (Bug: either was a silent no-op: the enable was
+// accepted and undone by the next reload, the operator's disable was
+// answered 200, kept nothing, and the config's enable ended it.)
 func (t *Tracker) Disable(r *Record, detail string) { t.disable(r, detail, false) }
 
 func (t *Tracker) disable(r *Record, detail string, byConfig bool) {
 	now := t.clock.Now()
 	var e effects
 	r.mu.Lock()
-	if State(r.state.Load()) != Disabled && !r.removed {
-		detail = truncate(detail, maxDetail)
+	detail = truncate(detail, maxDetail)
+	switch {
+	case r.removed:
+	case State(r.state.Load()) != Disabled:
 		r.reason, r.stage, r.detail = Operator, StageOperator, detail
 		r.deadline, r.until = time.Time{}, time.Time{}
-		r.configDisabled = byConfig
+		r.configDisabled, r.opHeld = byConfig, false
+		r.opAt = wall(now)
+		t.setState(r, now, Disabled, Operator, StageOperator, detail, nil, &e)
+	case byConfig:
+		if !r.configDisabled {
+			r.configDisabled, r.opHeld = true, true
+		}
+	case r.configDisabled && !r.opHeld:
+		r.opHeld = true
+		r.reason, r.stage, r.detail = Operator, StageOperator, detail
 		r.opAt = wall(now)
 		t.setState(r, now, Disabled, Operator, StageOperator, detail, nil, &e)
 	}
 	r.mu.Unlock()
 	t.apply(&e)
+}
+
+// configEnable is the config's disabled = false for a record it disabled:
+// the record is enabled unless another disable holds (opHeld).
+func (t *Tracker) configEnable(r *Record) {
+	r.mu.Lock()
+	held := r.opHeld && State(r.state.Load()) == Disabled
+	if held {
+		r.configDisabled, r.opHeld = false, false
+	}
+	r.mu.Unlock()
+	if !held {
+		_ = t.enableAs(r, "enabled in config", false, true)
+	}
 }
 
 // Enable moves a disabled or cooling r to probe_allowed and schedules a
@@ -557,7 +594,7 @@ func (t *Tracker) enableAs(r *Record, detail string, creds, byConfig bool) error
 		r.consec = [numClasses]int{}
 		r.after = [numClasses]int{}
 		r.deadline, r.until = time.Time{}, time.Time{}
-		r.configDisabled = false
+		r.configDisabled, r.opHeld = false, false
 		t.setState(r, now, ProbeAllowed, Operator, StageOperator, detail, nil, &e)
 		e.items = append(e.items, item{at: now, rec: r, epoch: r.epoch, kind: kindProbe})
 	}

@@ -168,7 +168,7 @@ func (t *Tracker) Add(key, name string, d Dialer, disabled bool) *Record {
 		case disabled:
 			t.disable(r, "disabled in config", true)
 		case wasConfig:
-			_ = t.enableAs(r, "enabled in config", false, true)
+			t.configEnable(r)
 		}
 		return r
 	}

@@ -312,6 +312,14 @@ func parseListURL(s string) (*url.URL, error) {
 	}
 	u, err := url.Parse(s)
 	if err != nil {
+		if i := strings.Index(s, "://"); i >= 0 {
+			// "socks5://bob:x#y@host:port": net/url ends the authority at
+			// the '#' and complains about a port; say what is wrong, as
+			// CheckURL does for [[upstream]] url.
+			if rest := s[i+3:]; strings.ContainsAny(rest, "/?#") && strings.Contains(rest[strings.IndexAny(rest, "/?#"):], "@") {
+				return nil, errors.New("'/', '?' or '#' before the '@': percent-encode them in the password (%2F, %3F, %23)")
+			}
+		}
 		var ue *url.Error
 		msg := "invalid URL"
 		if errors.As(err, &ue) {

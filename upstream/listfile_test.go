@@ -93,6 +93,8 @@ func TestParseListErrors(t *testing.T) {
 		{"http://u:" + pw + "@10.0.0.1:8080?q=1", "unexpected path"},
 		{"http://u:" + pw + "@10.0.0.1", "want host:port"},
 		{"http://u:" + pw + "%zz@10.0.0.1:80", "invalid URL"},
+		{"socks5://bob6:x#" + pw + "@127.0.0.1:20162", "percent-encode them in the password"},
+		{"http://bob6:x/" + pw + "@127.0.0.1:20162", "percent-encode them in the password"},
 		{"[::1:1080", "missing ']'"},
 		{"[::1]1080", "missing port"},
 		{"u:" + pw + "@bad host:80", "invalid host"},
