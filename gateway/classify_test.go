@@ -9,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/rotor-proxy/rotor/health"
 	"github.com/rotor-proxy/rotor/upstream"
@@ -335,19 +336,27 @@ func TestExplain(t *testing.T) {
 }
 
 // TestExplainNoEligibleSaysWhetherItWaited: tags no upstream carries fail
-// at once, so their reason must not claim a wait.
+// at once, so their reason must not claim a wait; nor may the reason of a
+// pool whose wait_for_upstream is "0s" (a nanosecond). Issue: with "0s"
+// the 503 said "(waited pool.wait_for_upstream)" after 3 ms.
 func TestExplainNoEligibleSaysWhetherItWaited(t *testing.T) {
 	for _, tt := range []struct {
-		ne     *upstream.NoEligibleError
-		waited bool
+		ne   *upstream.NoEligibleError
+		want string
 	}{
-		{&upstream.NoEligibleError{Tags: []string{"nope"}}, false},
-		{&upstream.NoEligibleError{Tags: []string{"us"}, Matching: 2}, true},
-		{&upstream.NoEligibleError{Matching: 3}, true},
+		{&upstream.NoEligibleError{Tags: []string{"nope"}}, `no eligible upstream: no upstream has tags "nope"`},
+		{&upstream.NoEligibleError{Tags: []string{"us"}, Matching: 2, Wait: 3 * time.Second},
+			`no eligible upstream: none of the 2 upstreams with tags "us" is eligible (waited pool.wait_for_upstream, 3s)`},
+		{&upstream.NoEligibleError{Matching: 3, Wait: 10 * time.Second},
+			"no upstream proxy became eligible (waited pool.wait_for_upstream, 10s)"},
+		{&upstream.NoEligibleError{Matching: 1, AtRate: 1, Wait: time.Nanosecond},
+			"no eligible upstream: the only upstream is eligible but at its rate limit (pool.wait_for_upstream is 0s: no wait)"},
+		{&upstream.NoEligibleError{Matching: 3, Wait: time.Nanosecond},
+			"no upstream proxy is eligible (pool.wait_for_upstream is 0s: no wait)"},
 	} {
 		cf := explain(tt.ne)
-		if cf.Status != http.StatusServiceUnavailable || strings.Contains(cf.Reason, "waited") != tt.waited {
-			t.Errorf("%+v: %d %q, want waited=%v", tt.ne, cf.Status, cf.Reason, tt.waited)
+		if cf.Status != http.StatusServiceUnavailable || cf.Reason != tt.want {
+			t.Errorf("%+v: %d %q\nwant     %q", tt.ne, cf.Status, cf.Reason, tt.want)
 		}
 	}
 }

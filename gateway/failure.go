@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"syscall"
+	"time"
 
 	"github.com/rotor-proxy/rotor/health"
 	"github.com/rotor-proxy/rotor/upstream"
@@ -50,12 +51,7 @@ func explain(err error) clientFailure {
 			Reason: "no upstream proxy became eligible within pool.wait_for_upstream"}
 		var ne *upstream.NoEligibleError
 		if errors.As(err, &ne) {
-			// Name the tags the client asked for (issue 9).
-			cf.Reason = ne.Error()
-			if len(ne.Tags) == 0 || ne.Matching > 0 {
-				// Tags nobody carries fail at once: there was no wait.
-				cf.Reason += " (waited pool.wait_for_upstream)"
-			}
+			cf.Reason = noEligibleReason(ne)
 		}
 		return cf
 	}
@@ -150,6 +146,26 @@ func explain(err error) clientFailure {
 		}
 	}
 	return cf
+}
+
+// noEligibleReason is the client's reason for an expired wait: what the
+// upstreams it may use are doing (the tags it asked for, issue 9) and how
+// long it waited, which with wait_for_upstream = "0s" is not at all (the
+// reason said "waited pool.wait_for_upstream" after 3 ms).
+func noEligibleReason(ne *upstream.NoEligibleError) string {
+	msg, plain := ne.Error(), ne.Error() == upstream.ErrNoEligible.Error() // plain: nothing more to say
+	switch {
+	case ne.Wait <= 0:
+		return msg // tags nobody carries fail at once: there was no wait
+	case ne.Wait < time.Millisecond:
+		if plain {
+			msg = "no upstream proxy is eligible"
+		}
+		return msg + " (pool.wait_for_upstream is 0s: no wait)"
+	case plain:
+		msg = "no upstream proxy became eligible"
+	}
+	return fmt.Sprintf("%s (waited pool.wait_for_upstream, %s)", msg, ne.Wait)
 }
 
 // socksCode returns the SOCKS5 reply code for a pool error.

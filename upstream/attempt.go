@@ -18,10 +18,11 @@ import (
 // pool.wait_for_upstream.
 var ErrNoEligible = errors.New("no eligible upstream")
 
-// NoEligibleError is the ErrNoEligible of a request restricted by tags,
+// NoEligibleError is the ErrNoEligible of a request whose wait expired,
+// or that asked for tags no upstream has. A request restricted by tags,
 // to a host some upstreams are banned for, or that found upstreams
-// eligible but at their limits: it says so, so the client learns why
-// (errors.Is(err, ErrNoEligible) holds).
+// eligible but at their limits is told so; otherwise its text is
+// ErrNoEligible's (errors.Is(err, ErrNoEligible) holds either way).
 type NoEligibleError struct {
 	Tags []string
 	// Matching is how many endpoints of the set carry every tag (0: no
@@ -37,6 +38,10 @@ type NoEligibleError struct {
 	// out of rate tokens, when the wait expired.
 	AtMaxConns int
 	AtRate     int
+	// Wait is the pool.wait_for_upstream the request waited (a
+	// nanosecond for "0s": no wait); 0 when it did not wait at all (tags
+	// no upstream has).
+	Wait time.Duration
 }
 
 func (e *NoEligibleError) Error() string {
@@ -44,11 +49,17 @@ func (e *NoEligibleError) Error() string {
 	if len(e.Tags) > 0 && e.Matching == 0 {
 		return "no eligible upstream: no upstream has tags " + tags
 	}
+	busy := e.AtMaxConns + e.AtRate
+	if len(e.Tags) == 0 && e.HostCooling == 0 && busy == 0 {
+		return ErrNoEligible.Error() // the pool is out: nothing to add
+	}
 	what := fmt.Sprintf("the %d upstreams", e.Matching)
+	if e.Matching == 1 {
+		what = "the only upstream"
+	}
 	if len(e.Tags) > 0 {
 		what += " with tags " + tags
 	}
-	busy := e.AtMaxConns + e.AtRate
 	limit := "max_conns or rate limit"
 	switch {
 	case e.AtRate == 0:
@@ -57,23 +68,61 @@ func (e *NoEligibleError) Error() string {
 		limit = "rate limit"
 	}
 	if e.HostCooling > 0 {
-		msg := fmt.Sprintf("no eligible upstream for %s: %d of %s are cooling for this host only (it refused or banned them)",
-			e.Host, e.HostCooling, what)
-		if busy > 0 {
+		msg := fmt.Sprintf("no eligible upstream for %s: %s cooling for this host only (it refused or banned %s)",
+			e.Host, partOf(e.HostCooling, what, e.Matching), pronoun(e.HostCooling, "it", "them"))
+		switch {
+		case busy == 1:
+			msg += ", 1 is at its " + limit
+		case busy > 1:
 			msg += fmt.Sprintf(", %d are at their %s", busy, limit)
 		}
-		if e.HostCooling+busy < e.Matching {
-			msg += ", the rest are out"
-		}
-		return msg
+		return msg + restOut(e.Matching-e.HostCooling-busy)
 	}
 	switch {
+	case busy > 0 && busy == e.Matching && busy == 1:
+		return fmt.Sprintf("no eligible upstream: %s is eligible but at its %s", what, limit)
 	case busy > 0 && busy == e.Matching:
 		return fmt.Sprintf("no eligible upstream: %s are eligible but all at their %s", what, limit)
 	case busy > 0:
-		return fmt.Sprintf("no eligible upstream: %d of %s are eligible but at their %s, the rest are out", busy, what, limit)
+		return fmt.Sprintf("no eligible upstream: %s eligible but at %s %s%s", partOf(busy, what, e.Matching),
+			pronoun(busy, "its", "their"), limit, restOut(e.Matching-busy))
+	case e.Matching == 1:
+		return fmt.Sprintf("no eligible upstream: %s is not eligible", what)
 	}
 	return fmt.Sprintf("no eligible upstream: none of %s is eligible", what)
+}
+
+// partOf names n of the matching endpoints (what) with its verb: "the
+// only upstream is", "1 of the 4 upstreams is", "2 of the 3 upstreams
+// are" ("the 1 upstreams are" read as a typo).
+func partOf(n int, what string, matching int) string {
+	switch {
+	case matching == 1:
+		return what + " is"
+	case n == 1:
+		return "1 of " + what + " is"
+	}
+	return fmt.Sprintf("%d of %s are", n, what)
+}
+
+// pronoun returns one for n == 1, else many.
+func pronoun(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
+// restOut says that the n matching endpoints not counted otherwise are
+// out ("" when there are none).
+func restOut(n int) string {
+	switch {
+	case n <= 0:
+		return ""
+	case n == 1:
+		return ", the other is out"
+	}
+	return ", the rest are out"
 }
 
 // quoteTags lists tags quoted ("us", "residential"): a tag with a
@@ -460,7 +509,7 @@ func (a *Attempts) Next(ctx context.Context) (e *Endpoint, err error) {
 				break // what failed says more than that nothing else came
 			}
 			if errors.Is(err, ErrNoEligible) {
-				return nil, a.noEligible(err)
+				return nil, a.noEligible()
 			}
 			return nil, err
 		}
@@ -468,15 +517,14 @@ func (a *Attempts) Next(ctx context.Context) (e *Endpoint, err error) {
 	return nil, &AttemptsError{Attempts: a.list}
 }
 
-// noEligible explains an expired wait (err): the tags asked for, the
-// upstreams that are only cooling for this host, and those eligible but
-// at their max_conns or rate limit. Without any of these it returns err.
-// It walks the request's view (the pool, without tags) once, after the
-// client waited.
-func (a *Attempts) noEligible(err error) error {
+// noEligible explains an expired wait: the tags asked for, the upstreams
+// that are only cooling for this host, and those eligible but at their
+// max_conns or rate limit, and how long the request waited. It walks the
+// request's view (the pool, without tags) once, after the client waited.
+func (a *Attempts) noEligible() error {
 	p, s := a.p, a.p.set.Load()
 	host := a.req.Host()
-	ne := &NoEligibleError{Tags: a.req.Tags, Host: host}
+	ne := &NoEligibleError{Tags: a.req.Tags, Host: host, Wait: a.cfg.WaitForUpstream}
 	share := p.share.Load()
 	count := func(e *Endpoint) {
 		if !e.HasTags(a.req.Tags) {
@@ -503,9 +551,6 @@ func (a *Attempts) noEligible(err error) error {
 		for _, e := range s.eps {
 			count(e)
 		}
-	}
-	if len(ne.Tags) == 0 && ne.HostCooling == 0 && ne.AtMaxConns+ne.AtRate == 0 {
-		return err
 	}
 	return ne
 }
