@@ -35,7 +35,8 @@ type NoEligibleError struct {
 	HostCooling int
 	// AtMaxConns and AtRate count the matching endpoints that are
 	// eligible (the admin API says so) but were at their max_conns, or
-	// out of rate tokens, when the wait expired.
+	// out of rate tokens (or had what was left promised to clients
+	// waiting longer), when the wait expired.
 	AtMaxConns int
 	AtRate     int
 	// Wait is the pool.wait_for_upstream the request waited (a
@@ -351,6 +352,15 @@ type Attempts struct {
 	// by the last pick has a token again (0: none was).
 	rateWait  time.Duration
 	waitTimer <-chan time.Time
+	// w is the request's place in the pool's lines for limited endpoints
+	// (limits.go), made when it first waits. The last pick of Next noted
+	// in limited the endpoints it found at their max_conns or rate, or
+	// whose capacity is older waiters' (up to maxLines; overflow: there
+	// were more). A pick sets queued while any endpoint has a line.
+	w        *waiter
+	limited  []*load
+	overflow bool
+	queued   bool
 	// replayable is set (Replayable) for a request that may be sent to
 	// another upstream after it reached one (an idempotent plain-HTTP
 	// request whose body is held); slow holds such a request's first
@@ -460,9 +470,12 @@ func (a *Attempts) Next(ctx context.Context) (e *Endpoint, err error) {
 		}
 	}()
 	p := a.p
-	registered := false
+	slot := false // registered in slotWaiters
 	defer func() {
-		if registered {
+		if a.w != nil {
+			p.lines.leave(a.w) // the next in line may have what this request no longer waits for
+		}
+		if slot {
 			p.slotWaiters.Add(-1)
 		}
 	}()
@@ -471,7 +484,7 @@ func (a *Attempts) Next(ctx context.Context) (e *Endpoint, err error) {
 		// the pick and the wait is not lost.
 		changed := p.tr.Changed()
 		freed := *p.freed.Load()
-		a.rateWait = 0
+		a.rateWait, a.limited, a.overflow = 0, a.limited[:0], false
 		if e := p.pick(a); e != nil {
 			a.tried = append(a.tried, e)
 			return e, nil
@@ -490,11 +503,11 @@ func (a *Attempts) Next(ctx context.Context) (e *Endpoint, err error) {
 			// the client nothing it cannot be told now.
 			return nil, &NoEligibleError{Tags: a.req.Tags}
 		}
-		if !registered {
-			// Ask releases to signal from now on, then pick once more:
-			// a slot freed before the registration is seen by that pick.
-			registered = true
-			p.slotWaiters.Add(1)
+		if a.lineUp(&slot) {
+			// Registered: pick once more, so that a slot freed before
+			// the registration is seen by that pick. (A line signals the
+			// client that comes to its head, so joining one loses
+			// nothing.)
 			continue
 		}
 		if a.waitTimer == nil {
@@ -504,7 +517,10 @@ func (a *Attempts) Next(ctx context.Context) (e *Endpoint, err error) {
 		if a.rateWait > 0 {
 			retry = p.clock.After(a.rateWait)
 		}
-		if err := p.wait(ctx, changed, freed, retry, a.waitTimer); err != nil {
+		if !slot {
+			freed = nil // a freed slot is the head of its line's
+		}
+		if err := p.wait(ctx, changed, freed, a.w.wake, retry, a.waitTimer); err != nil {
 			if errors.Is(err, ErrNoEligible) && len(a.tried) > 0 {
 				break // what failed says more than that nothing else came
 			}
@@ -517,10 +533,42 @@ func (a *Attempts) Next(ctx context.Context) (e *Endpoint, err error) {
 	return nil, &AttemptsError{Attempts: a.list}
 }
 
+// lineUp puts the request in the lines of the endpoints its last pick
+// found limited, and registers it in slotWaiters (*slot) when there were
+// more than it lines up for. It reports whether it registered it now.
+func (a *Attempts) lineUp(slot *bool) bool {
+	p := a.p
+	if a.w == nil {
+		a.w = &waiter{wake: make(chan struct{}, 1)}
+	}
+	p.lines.lineUp(a.w, a.limited)
+	if a.overflow && !*slot {
+		*slot = true
+		p.slotWaiters.Add(1)
+		return true
+	}
+	return false
+}
+
+// noteLimited records that the pick found endpoint ld (its load) at its
+// limits, or its capacity promised to older waiters: capacity the request
+// may line up for if nothing else admits it.
+func (a *Attempts) noteLimited(ld *load) {
+	if slices.Contains(a.limited, ld) {
+		return
+	}
+	if len(a.limited) >= maxLines {
+		a.overflow = true
+		return
+	}
+	a.limited = append(a.limited, ld)
+}
+
 // noEligible explains an expired wait: the tags asked for, the upstreams
 // that are only cooling for this host, and those eligible but at their
-// max_conns or rate limit, and how long the request waited. It walks the
-// request's view (the pool, without tags) once, after the client waited.
+// max_conns or rate limit (or whose capacity clients waiting longer are
+// to have), and how long the request waited. It walks the request's view
+// (the pool, without tags) once, after the client waited.
 func (a *Attempts) noEligible() error {
 	p, s := a.p, a.p.set.Load()
 	host := a.req.Host()
@@ -541,6 +589,10 @@ func (a *Attempts) noEligible() error {
 			ne.AtMaxConns++
 		case e.limit != nil && !e.limit.ready(share):
 			ne.AtRate++
+		case p.lines.ahead(e.ld, a.w) && e.limit != nil:
+			ne.AtRate++ // what it has is for the clients ahead
+		case p.lines.ahead(e.ld, a.w) && e.MaxConns > 0:
+			ne.AtMaxConns++
 		}
 	}
 	if list := s.viewOf(a).restricted(); list != nil {
@@ -580,6 +632,10 @@ func (a *Attempts) admit(s *set, i int) bool {
 	if len(a.req.Tags) > 0 && !e.HasTags(a.req.Tags) {
 		return false
 	}
+	if a.queued && !p.lines.mayTake(ld, a.w) {
+		a.noteLimited(ld) // clients waiting for it come first
+		return false
+	}
 	share := p.share.Load() // fleet mode: this instance's share of the limits
 	// The Endpoint is read before the reservation's atomic add (a full
 	// fence on amd64), so that at 100,000 endpoints fetching it overlaps
@@ -588,6 +644,7 @@ func (a *Attempts) admit(s *set, i int) bool {
 	// rate limiter, on the next line, is read only when there is a rate.
 	rate := e.Rate
 	if !reserve(ld, connShare(int64(h.maxConns), share)) {
+		a.noteLimited(ld)
 		return false // saturated: skipped, not failed, not cooled
 	}
 	var limit *rateLimiter
@@ -597,6 +654,7 @@ func (a *Attempts) admit(s *set, i int) bool {
 	if limit != nil {
 		if ok, wait := limit.take(share); !ok {
 			ld.active.Add(-1)
+			a.noteLimited(ld)
 			if a.rateWait == 0 || wait < a.rateWait {
 				a.rateWait = wait
 			}
@@ -664,7 +722,12 @@ func (a *Attempts) viable(s *set, i int) bool {
 	if len(a.req.Tags) > 0 && !e.HasTags(a.req.Tags) {
 		return false
 	}
+	if a.queued && !p.lines.mayTake(ld, a.w) {
+		a.noteLimited(ld)
+		return false
+	}
 	if m := connShare(int64(h.maxConns), p.share.Load()); m > 0 && ld.active.Load() >= m {
+		a.noteLimited(ld)
 		return false
 	}
 	return known || p.tr.Eligible(e.rec) && !p.tr.TargetCooling(e.rec, a.key)
@@ -824,6 +887,7 @@ func (e *Endpoint) DialContext(ctx context.Context, network, addr string) (net.C
 // winner when it admits it: its own choice is released, its rate token
 // given back (a slow-start slot it took stays used).
 func (p *Pool) pick(a *Attempts) *Endpoint {
+	a.queued = p.lines.active()
 	s := p.set.Load()
 	st := p.settings.Load().strategy
 	id := a.sess
@@ -854,16 +918,20 @@ func (p *Pool) pick(a *Attempts) *Endpoint {
 	return e
 }
 
-// wait blocks until the tracker signals a change, a slot frees, a rate
-// token is due, the wait expires or ctx ends. It counts the client as
-// waiting meanwhile.
-func (p *Pool) wait(ctx context.Context, changed, freed <-chan struct{}, retry, expired <-chan time.Time) error {
+// wait blocks until the tracker signals a change, a slot frees (freed,
+// for clients in slotWaiters), the client comes to the head of a line or
+// the endpoint it heads the line of frees a slot (wake), a rate token is
+// due, the wait expires or ctx ends. It counts the client as waiting
+// meanwhile.
+func (p *Pool) wait(ctx context.Context, changed, freed, wake <-chan struct{}, retry, expired <-chan time.Time) error {
 	p.waiting.Add(1)
 	defer p.waiting.Add(-1)
 	select {
 	case <-changed:
 		return nil
 	case <-freed:
+		return nil
+	case <-wake:
 		return nil
 	case <-retry:
 		return nil

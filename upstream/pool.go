@@ -148,10 +148,15 @@ type Pool struct {
 	// tunnel dials an endpoint that has max_conns (see SetBeforeDial).
 	beforeDial func(*Endpoint)
 
+	// lines holds the clients waiting for limited endpoints, first come
+	// first served (limits.go): a slot freed on an endpoint with a line
+	// goes to its head.
+	lines *waitLines
+
 	// freed is closed and replaced when a tunnel ends on an endpoint with
-	// max_conns while some client is registered in slotWaiters, so a
-	// client that found every endpoint saturated is served as soon as a
-	// slot opens instead of at the end of wait_for_upstream.
+	// max_conns and no line while some client is registered in
+	// slotWaiters: a client that found more limited endpoints than it
+	// lines up for (maxLines) is woken for the others so.
 	freed       atomic.Pointer[chan struct{}]
 	freedMu     sync.Mutex // serialises the replacement of freed
 	slotWaiters atomic.Int64
@@ -220,7 +225,8 @@ func NewPool(cfg PoolConfig, dial DialConfig, tr *health.Tracker, clock health.C
 	if dial.HandshakeTimeout == 0 {
 		dial.HandshakeTimeout = cfg.HandshakeTimeout
 	}
-	p := &Pool{tr: tr, clock: clock, log: log, byKey: map[string]*Endpoint{}, gone: map[string]goneLoad{}, dialCfg: dial}
+	p := &Pool{tr: tr, clock: clock, log: log, byKey: map[string]*Endpoint{}, gone: map[string]goneLoad{}, dialCfg: dial,
+		lines: &waitLines{}}
 	p.settings.Store(&poolSettings{cfg: cfg, strategy: st})
 	p.sessions = newSessions(cfg.SessionTTL, maxSessions, clock)
 	p.set.Store(newSet(nil))
@@ -370,6 +376,11 @@ func (p *Pool) Update(specs []Spec) (added, removed []string, err error) {
 	s := newSet(next)
 	s.bind(p.tr)
 	p.set.Store(s)
+	if p.lines.active() {
+		// A new max_conns or rate may leave room now: the clients at the
+		// head of a line look (each passes it on when it is served).
+		p.lines.wakeAll()
+	}
 	return added, removed, nil
 }
 
@@ -430,11 +441,17 @@ func specNames(specs []Spec) []string {
 }
 
 // release ends one tunnel's use of e (the decrement matching the reserve
-// of the pick that returned e) and wakes clients waiting for a slot.
+// of the pick that returned e) and wakes the client the freed slot is
+// for: the head of e's line, else every client registered in slotWaiters.
 func (p *Pool) release(e *Endpoint) {
 	n := e.ld.active.Add(-1)
-	if e.MaxConns > 0 && n < connShare(int64(e.MaxConns), p.share.Load()) && p.slotWaiters.Load() > 0 {
-		p.wakeSlotWaiters()
+	if e.MaxConns > 0 && n < connShare(int64(e.MaxConns), p.share.Load()) {
+		if p.lines.active() && p.lines.wakeHead(e.ld) {
+			return
+		}
+		if p.slotWaiters.Load() > 0 {
+			p.wakeSlotWaiters()
+		}
 	}
 }
 
