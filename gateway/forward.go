@@ -262,8 +262,16 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 		}
 		cf := explain(err)
 		var bad *badAnswerError
-		if errors.As(err, &bad) {
+		var ce *upstream.ConnectStatusError
+		switch {
+		case errors.As(err, &bad):
 			cf.Reason = bad.reason + " (behind upstream " + lastUpstream(err) + ")"
+		case errors.As(err, &ce) && ce.Plain && !errors.Is(err, upstream.ErrRequestRejected):
+			// The last upstream's own answer: say what it was (squid's
+			// 502 ERR_TOO_BIG, 503 ERR_SHUTTING_DOWN), which a class and
+			// stage alone do not (a rejected request names it already).
+			// Its status line and tag may be of any length: clipped.
+			cf.Reason += ": " + clip(ce.Error(), 300)
 		}
 		plainError(w, cf.Status, cf.Header, cf.Reason)
 		s.logForward(id, r, params.User, nil, att, err, 0, start)

@@ -1,0 +1,71 @@
+package gateway
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/rotor-proxy/rotor/health"
+)
+
+// squidGateway starts a gateway whose one upstream, "squid", is a raw
+// http:// proxy answering every forwarded request with answer.
+func squidGateway(t *testing.T, answer string) *Server {
+	t.Helper()
+	proxy := newRawTarget(t, serveAnswers(false, answer))
+	srv, _ := startGateway(t, fmt.Sprintf("[pool]\nstart_eligible = true\nmax_attempts = 1\nwait_for_upstream = \"100ms\"\n"+
+		"[target_http_error]\nstatuses = []\n[[upstream]]\nurl = \"http://%s\"\nname = \"squid\"\n", proxy.Addr()))
+	return srv
+}
+
+// TestForwardSquidErrorIsNoPolicyRefusal: squid's own error answers to a
+// forwarded request that are neither a request error nor a policy
+// refusal (502 ERR_TOO_BIG for a target's answer head over
+// reply_header_max_size, 500/503/429 with any other tag) were told to
+// the client as 403 "upstream squid refuses this destination by its
+// policy": RefusalReplyCode made every upstream_error scoped to one host
+// a code 2. They are a 502 that says what squid answered; the upstream
+// cools for that host only, as before.
+func TestForwardSquidErrorIsNoPolicyRefusal(t *testing.T) {
+	for _, tc := range []struct{ status, tag string }{
+		{"502 Bad Gateway", "ERR_TOO_BIG 0"},
+		{"500 Internal Server Error", "ERR_FOO 0"},
+		{"503 Service Unavailable", "ERR_SHUTTING_DOWN 0"},
+		{"429 Too Many Requests", "ERR_FOO 0"},
+	} {
+		for _, method := range forwardMethods {
+			t.Run(tc.status+" "+tc.tag+"/"+method, func(t *testing.T) {
+				srv := squidGateway(t, "HTTP/1.1 "+tc.status+"\r\nX-Squid-Error: "+tc.tag+"\r\nContent-Length: 0\r\n\r\n")
+				resp, body, err := askForward(t, srv, method, "http://example.test/")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if resp.StatusCode != http.StatusBadGateway {
+					t.Errorf("client got %d, want 502 (%q)", resp.StatusCode, body)
+				}
+				if got, want := resp.Header.Get("X-Rotor-Error"), "upstream_error; stage=http_status; upstream=squid"; got != want {
+					t.Errorf("X-Rotor-Error %q, want %q", got, want)
+				}
+				if strings.Contains(body, "policy") || !strings.Contains(body, tc.tag) || !strings.Contains(body, tc.status) {
+					t.Errorf("body %q: want what squid answered (%s, %s), no policy refusal", body, tc.status, tc.tag)
+				}
+				snap := srv.Tracker().Snapshot(srv.Pool().Lookup("squid").Record())
+				if snap.State != health.Eligible || len(snap.Targets) != 1 || snap.Targets[0].Reason != health.UpstreamError {
+					t.Errorf("squid: %v targets %+v, want eligible, upstream_error for the host only", snap.State, snap.Targets)
+				}
+			})
+		}
+	}
+	// A real policy refusal stays one (403 / REP 2).
+	for _, method := range forwardMethods {
+		srv := squidGateway(t, "HTTP/1.1 403 Forbidden\r\nX-Squid-Error: ERR_ACCESS_DENIED 0\r\nContent-Length: 0\r\n\r\n")
+		resp, body, err := askForward(t, srv, method, "http://example.test/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != http.StatusForbidden || !strings.Contains(body, "policy") || !strings.Contains(body, "ERR_ACCESS_DENIED") {
+			t.Errorf("%s: ERR_ACCESS_DENIED got %d %q, want 403 naming the policy refusal and squid's tag", method, resp.StatusCode, body)
+		}
+	}
+}
