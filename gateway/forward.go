@@ -730,9 +730,11 @@ func rotorHeader(k string) bool {
 // classifyProxyResponse recognises answers that come from an http or https
 // upstream proxy itself rather than from the target (../shared/UPSTREAM-SIGNALS.md):
 // 407 (and tinyproxy's 401) mean the proxy rejected rotor's credentials;
-// squid marks its own errors with X-Squid-Error; tinyproxy answers an
-// unreachable target with "500 Unable to connect". Responses from the target
-// return nil.
+// squid marks its own errors with X-Squid-Error, on error statuses only
+// (a 2xx or 3xx carrying it is the target's: a site can send any header,
+// and squid's deny_info redirect is an answer to relay); tinyproxy answers
+// an unreachable target with "500 Unable to connect". Responses from the
+// target return nil.
 func classifyProxyResponse(e *upstream.Endpoint, resp *http.Response) *health.Failure {
 	if !e.AbsoluteForm() {
 		return nil
@@ -759,7 +761,7 @@ func classifyProxyResponse(e *upstream.Endpoint, resp *http.Response) *health.Fa
 		return fail(health.AuthRejected, health.StageProxyAuth)
 	case resp.StatusCode == http.StatusUnauthorized && strings.HasPrefix(server, "tinyproxy"):
 		return fail(health.AuthRejected, health.StageProxyAuth)
-	case squid != "":
+	case squid != "" && resp.StatusCode >= http.StatusBadRequest:
 		switch {
 		case strings.HasPrefix(squid, "ERR_CONNECT_FAIL 110"), strings.HasPrefix(squid, "ERR_READ_TIMEOUT"):
 			return fail(health.TargetTimeout, health.StageTargetConnect)

@@ -69,3 +69,35 @@ func TestForwardSquidErrorIsNoPolicyRefusal(t *testing.T) {
 		}
 	}
 }
+
+// TestForwardSquidTagOnSuccessIsRelayed: squid tags only its error
+// pages; a successful answer carrying X-Squid-Error is the target's (any
+// site can send any header). It was taken for squid's own error: the
+// client got a 403 instead of the 200 and the upstream cooled for the
+// host. A redirect (squid's deny_info sends one with X-Squid-Error too)
+// is relayed as well: it is an answer the client can follow.
+func TestForwardSquidTagOnSuccessIsRelayed(t *testing.T) {
+	for _, answer := range []string{
+		"HTTP/1.1 200 OK\r\nX-Squid-Error: ERR_ACCESS_DENIED 0\r\nContent-Length: 3\r\n\r\nok\n",
+		"HTTP/1.1 204 No Content\r\nX-Squid-Error: ERR_CONNECT_FAIL 111\r\n\r\n",
+		"HTTP/1.1 302 Found\r\nLocation: http://example.test/denied\r\nX-Squid-Error: 403 Access Denied\r\nContent-Length: 0\r\n\r\n",
+	} {
+		status := strings.SplitN(answer, " ", 3)[1]
+		for _, method := range forwardMethods {
+			t.Run(status+"/"+method, func(t *testing.T) {
+				srv := squidGateway(t, answer)
+				resp, _, err := askForward(t, srv, method, "http://example.test/")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := fmt.Sprint(resp.StatusCode); got != status || resp.Header.Get("X-Rotor-Upstream") != "squid" {
+					t.Errorf("client got %s (X-Rotor-Error %q), want the answer's %s from squid", got, resp.Header.Get("X-Rotor-Error"), status)
+				}
+				noFailures(t, srv, "squid")
+				if snap := srv.Tracker().Snapshot(srv.Pool().Lookup("squid").Record()); len(snap.Targets) != 0 {
+					t.Errorf("squid cools for %+v", snap.Targets)
+				}
+			})
+		}
+	}
+}
