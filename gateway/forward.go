@@ -270,8 +270,8 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 			// The last upstream's own answer: say what it was (squid's
 			// 502 ERR_TOO_BIG, 503 ERR_SHUTTING_DOWN), which a class and
 			// stage alone do not (a rejected request names it already).
-			// Its status line and tag may be of any length: clipped.
-			cf.Reason += ": " + clip(ce.Error(), 300)
+			// Its text is bounded and scrubbed (PlainStatusError).
+			cf.Reason += ": " + ce.Error()
 		}
 		plainError(w, cf.Status, cf.Header, cf.Reason)
 		s.logForward(id, r, params.User, nil, att, err, 0, start)
@@ -750,7 +750,7 @@ func classifyProxyResponse(e *upstream.Endpoint, resp *http.Response) *health.Fa
 		// target-failure rule cools it whole when it happens at hosts
 		// other upstreams reach. Any website could otherwise take every
 		// http upstream out of the pool, one answer each.
-		f := &health.Failure{Class: c, Stage: st, Err: &upstream.ConnectStatusError{StatusCode: resp.StatusCode, Status: resp.Status, SquidError: squid, Plain: true}}
+		f := &health.Failure{Class: c, Stage: st, Err: e.PlainStatusError(resp.StatusCode, resp.Status, squid)}
 		if !c.IsTargetFailure() {
 			f.Scope = health.ScopeTarget
 		}

@@ -1,10 +1,15 @@
 package gateway
 
 import (
+	"bufio"
+	"encoding/base64"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rotor-proxy/rotor/health"
 )
@@ -99,5 +104,54 @@ func TestForwardSquidTagOnSuccessIsRelayed(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestForwardProxyEchoedCredentialsScrubbed: a broken http:// upstream
+// that echoes the request (and the password it checked) into its error
+// answer's status line and X-Squid-Error must not get rotor's password or
+// Proxy-Authorization token into the client's 502, the log or the
+// record's history. ConnectStatusError's text hides any Basic token; the
+// password as such only the endpoint knows, and the forward path did not
+// pass it, as the CONNECT dialer does.
+func TestForwardProxyEchoedCredentialsScrubbed(t *testing.T) {
+	const pass = "up-s3cret"
+	token := base64.StdEncoding.EncodeToString([]byte("rotor:" + pass))
+	for _, method := range forwardMethods {
+		t.Run(method, func(t *testing.T) {
+			proxy := newRawTarget(t, func(c net.Conn, br *bufio.Reader, rt *rawTarget) {
+				head, err := rt.readHead(br)
+				if err != nil {
+					return
+				}
+				auth := ""
+				for _, l := range strings.Split(head, "\r\n") {
+					if v, ok := strings.CutPrefix(l, "Proxy-Authorization: "); ok {
+						auth = v
+					}
+				}
+				_, _ = io.WriteString(c, "HTTP/1.1 500 echo "+auth+" "+pass+"\r\nX-Squid-Error: ERR_FOO "+auth+" "+pass+"\r\nContent-Length: 0\r\n\r\n")
+			})
+			srv, logs := startGateway(t, fmt.Sprintf("[pool]\nstart_eligible = true\nmax_attempts = 1\nwait_for_upstream = \"100ms\"\n"+
+				"[[upstream]]\nurl = \"http://rotor:%s@%s\"\nname = \"sq\"\n", pass, proxy.Addr()))
+			resp, body, err := askForward(t, srv, method, "http://example.test/")
+			if err != nil || resp.StatusCode != http.StatusBadGateway {
+				t.Fatalf("got %s %v, want 502", statusOf(resp), err)
+			}
+			if !strings.Contains(body, "ERR_FOO") {
+				t.Errorf("502 body %q does not say what the proxy answered", body)
+			}
+			line := forwardLineWithin(t, logs, 10*time.Second)
+			snap := srv.Tracker().Snapshot(srv.Pool().Lookup("sq").Record())
+			history := fmt.Sprintf("%+v", snap.History)
+			for where, text := range map[string]string{"502 body": body, "log": logs.String(), "history": history} {
+				if strings.Contains(text, pass) || strings.Contains(text, token) {
+					t.Errorf("the upstream's credentials are in the %s: %s", where, text)
+				}
+			}
+			if !strings.Contains(line, "ERR_FOO") {
+				t.Errorf("log line %s does not say what the proxy answered", line)
+			}
+		})
 	}
 }

@@ -241,6 +241,21 @@ func PlainAnswer(ce *ConnectStatusError) *health.Failure {
 	return &health.Failure{Class: health.UpstreamError, Stage: health.StageHTTPStatus, Scope: health.ScopeTarget, Err: &pc}
 }
 
+// PlainStatusError is the *ConnectStatusError (Plain set) of e's own
+// error answer to a forwarded plain-HTTP request, its peer text through
+// PeerText with e's secrets (its password and Proxy-Authorization token),
+// as readConnectResponse does for an answer to CONNECT: ConnectStatusError's
+// Error hides every credential it can recognise, but only the caller knows
+// its own password, which a proxy that checks it can echo too. This text
+// goes into logs, the record's history and the client's 502.
+func (e *Endpoint) PlainStatusError(code int, status, squidError string) *ConnectStatusError {
+	var secrets []string
+	if d, ok := e.dialer.(*connectDialer); ok {
+		secrets = d.secrets()
+	}
+	return &ConnectStatusError{StatusCode: code, Status: PeerText(status, secrets...), SquidError: PeerText(squidError, secrets...), Plain: true}
+}
+
 // plainAnswer re-classifies a failure the gateway's plain-HTTP forward
 // path built for a proxy's own answer (class upstream_error at stage
 // http_status, with a *ConnectStatusError cause, which rotor's CONNECT
