@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/textproto"
 	"net/url"
 	"slices"
@@ -236,10 +237,15 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 		case buffered != nil:
 			out.Body = io.NopCloser(bytes.NewReader(buffered))
 			out.ContentLength = int64(len(buffered))
+			// With GetBody the Transport sends the request again on
+			// another connection when a kept-alive one failed before any
+			// byte of it was written (its nothingWrittenError), whatever
+			// the method; without it, it gave up.
+			out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(buffered)), nil }
 		case big != nil:
-			out.Body = big
+			out.Body, out.GetBody = big, nil
 		default:
-			out.Body = nil
+			out.Body, out.GetBody = nil, nil
 		}
 	}
 
@@ -263,7 +269,10 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 		cf := explain(err)
 		var bad *badAnswerError
 		var ce *upstream.ConnectStatusError
+		var cu *closedUnansweredError
 		switch {
+		case errors.As(err, &cu):
+			cf = clientFailure{Status: http.StatusBadGateway, Header: "upstream_closed; upstream=" + cu.upstream, Reason: cu.Error()}
 		case errors.As(err, &bad):
 			cf.Reason = bad.reason + " (behind upstream " + lastUpstream(err) + ")"
 		case errors.As(err, &ce) && ce.Plain && !errors.Is(err, upstream.ErrRequestRejected):
@@ -286,9 +295,21 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 		if x != nil {
 			resp, err = s.fwdClient(e).roundTrip(ctx, x)
 		} else {
-			setBody()
-			setRawTarget(out, target, e.AbsoluteForm())
-			resp, err = s.transport(e, cfg).RoundTrip(out)
+			for again := false; ; again = true {
+				setBody()
+				setRawTarget(out, target, e.AbsoluteForm())
+				ct := &connTrace{}
+				resp, err = s.transport(e, cfg).RoundTrip(ct.request(out))
+				err = ct.closedUnanswered(err, e, r.Method, big, again)
+				// An idempotent request whose body is all here goes once
+				// more, on another connection (the Transport does that
+				// itself for most such failures, not for a broken write),
+				// unless the drain is what closed it.
+				if again || !idempotent(r.Method) || big != nil && big.n.Load() > 0 || s.cutting.Load() ||
+					!errors.As(err, new(*closedUnansweredError)) {
+					break
+				}
+			}
 		}
 		if err == nil && resp.StatusCode < http.StatusOK {
 			// rotor strips Upgrade from requests and both clients skip
@@ -320,6 +341,12 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 				att.Neutral(e)
 				s.clientBodyAnswer(w, ce, s.h1.bodyIdle)
 				s.logForward(id, r, params.User, e, att, ce, 0, start)
+				return
+			}
+			if errors.As(err, new(*closedUnansweredError)) {
+				// Nobody's failure, and not sent again (see the type).
+				att.Neutral(e)
+				fail(err)
 				return
 			}
 			err = directSlowIsTarget(e, classifyForwardErr(err, host))
@@ -367,6 +394,73 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 		return
 	}
 }
+
+// connTrace follows one RoundTrip of the Transport (httptrace): whether
+// the request went on a kept-alive connection, and whether any byte of
+// an answer came back on it. The Transport's errors do not say (its
+// errServerClosedIdle and nothingWrittenError stay inside it). Its
+// callbacks run on the Transport's goroutines.
+type connTrace struct {
+	reused, answered atomic.Bool
+}
+
+// request is out with ct tracing its round trip.
+func (ct *connTrace) request(out *http.Request) *http.Request {
+	return out.WithContext(httptrace.WithClientTrace(out.Context(), &httptrace.ClientTrace{
+		GotConn: func(i httptrace.GotConnInfo) {
+			// Each connection the Transport tries (it retries on another
+			// one itself when it may): the last one is what failed.
+			ct.reused.Store(i.Reused)
+			ct.answered.Store(false)
+		},
+		GotFirstResponseByte: func() { ct.answered.Store(true) },
+	}))
+}
+
+// closedUnanswered returns err, from the round trip ct followed through
+// e, as a *closedUnansweredError when the kept-alive connection it went
+// on ended before any byte of an answer: neither a timeout (slow_body)
+// nor the client's cancel, which keep their meaning. Other errors are
+// returned as they are. body is the client's streamed body (nil: none),
+// whose bytes, once read, cannot go again, and again that the request was
+// sent once more after such an end.
+func (ct *connTrace) closedUnanswered(err error, e *upstream.Endpoint, method string, body *countingBody, again bool) error {
+	var ne net.Error
+	if err == nil || !ct.reused.Load() || ct.answered.Load() || upstream.IsCanceled(err) ||
+		errors.As(err, new(*health.Failure)) || errors.As(err, &ne) && ne.Timeout() {
+		return err
+	}
+	why := "it went again, on another connection, which closed as well"
+	switch {
+	case !idempotent(method):
+		why = method + " is not idempotent and may have been received"
+	case body != nil && body.n.Load() > 0 && !again:
+		why = "its streamed body was read already"
+	}
+	return &closedUnansweredError{upstream: e.Name, why: why, err: err}
+}
+
+// closedUnansweredError is a request the Transport sent on a kept-alive
+// upstream connection that then ended before any byte of an answer: an
+// idle timeout of the proxy (or, through a tunnel, of the target) met the
+// request. The target had no part in it as far as rotor can tell, and no
+// one failed: it is reported to no record. The Transport sends a request
+// again itself when none of it was written (with GetBody) or when it is
+// idempotent with a replayable body; one that got here may have been
+// received, so it is not sent twice (RFC 9110 section 9.2.2), and the
+// client is told upstream_closed.
+type closedUnansweredError struct {
+	upstream string
+	why      string // why it is not sent again
+	err      error
+}
+
+func (e *closedUnansweredError) Error() string {
+	return "the kept-alive connection through upstream " + e.upstream + " closed before any answer (an idle timeout met the request: " +
+		e.err.Error() + "); not sent again: " + e.why
+}
+
+func (e *closedUnansweredError) Unwrap() error { return e.err }
 
 // stripFragment removes a fragment from r's target: it is the client's
 // own and not sent (RFC 9110 section 4.2.5; RFC 9112 section 3.2 has
@@ -595,7 +689,8 @@ func directSlowIsTarget(e *upstream.Endpoint, err error) error {
 // one that does not parse, an unsolicited 101), are blamed on the target
 // (a healthy proxy relays a target that hangs up or misbehaves as exactly
 // that), so they do not cool the upstream on their own. Errors reading the
-// client's body never get here (clientBodyError).
+// client's body never get here (clientBodyError), nor a kept-alive
+// connection that closed unanswered (closedUnansweredError).
 func classifyForwardErr(err error, host string) error {
 	var f *health.Failure
 	if errors.As(err, &f) {
