@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptrace"
 	"net/textproto"
 	"net/url"
 	"slices"
@@ -295,21 +294,10 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 		if x != nil {
 			resp, err = s.fwdClient(e).roundTrip(ctx, x)
 		} else {
-			for again := false; ; again = true {
+			resp, err = s.roundTripTransport(e, cfg, out, func() {
 				setBody()
 				setRawTarget(out, target, e.AbsoluteForm())
-				ct := &connTrace{}
-				resp, err = s.transport(e, cfg).RoundTrip(ct.request(out))
-				err = ct.closedUnanswered(err, e, r.Method, big, again)
-				// An idempotent request whose body is all here goes once
-				// more, on another connection (the Transport does that
-				// itself for most such failures, not for a broken write),
-				// unless the drain is what closed it.
-				if again || !idempotent(r.Method) || big != nil && big.n.Load() > 0 || s.cutting.Load() ||
-					!errors.As(err, new(*closedUnansweredError)) {
-					break
-				}
-			}
+			}, big)
 		}
 		if err == nil && resp.StatusCode < http.StatusOK {
 			// rotor strips Upgrade from requests and both clients skip
@@ -394,73 +382,6 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 		return
 	}
 }
-
-// connTrace follows one RoundTrip of the Transport (httptrace): whether
-// the request went on a kept-alive connection, and whether any byte of
-// an answer came back on it. The Transport's errors do not say (its
-// errServerClosedIdle and nothingWrittenError stay inside it). Its
-// callbacks run on the Transport's goroutines.
-type connTrace struct {
-	reused, answered atomic.Bool
-}
-
-// request is out with ct tracing its round trip.
-func (ct *connTrace) request(out *http.Request) *http.Request {
-	return out.WithContext(httptrace.WithClientTrace(out.Context(), &httptrace.ClientTrace{
-		GotConn: func(i httptrace.GotConnInfo) {
-			// Each connection the Transport tries (it retries on another
-			// one itself when it may): the last one is what failed.
-			ct.reused.Store(i.Reused)
-			ct.answered.Store(false)
-		},
-		GotFirstResponseByte: func() { ct.answered.Store(true) },
-	}))
-}
-
-// closedUnanswered returns err, from the round trip ct followed through
-// e, as a *closedUnansweredError when the kept-alive connection it went
-// on ended before any byte of an answer: neither a timeout (slow_body)
-// nor the client's cancel, which keep their meaning. Other errors are
-// returned as they are. body is the client's streamed body (nil: none),
-// whose bytes, once read, cannot go again, and again that the request was
-// sent once more after such an end.
-func (ct *connTrace) closedUnanswered(err error, e *upstream.Endpoint, method string, body *countingBody, again bool) error {
-	var ne net.Error
-	if err == nil || !ct.reused.Load() || ct.answered.Load() || upstream.IsCanceled(err) ||
-		errors.As(err, new(*health.Failure)) || errors.As(err, &ne) && ne.Timeout() {
-		return err
-	}
-	why := "it went again, on another connection, which closed as well"
-	switch {
-	case !idempotent(method):
-		why = method + " is not idempotent and may have been received"
-	case body != nil && body.n.Load() > 0 && !again:
-		why = "its streamed body was read already"
-	}
-	return &closedUnansweredError{upstream: e.Name, why: why, err: err}
-}
-
-// closedUnansweredError is a request the Transport sent on a kept-alive
-// upstream connection that then ended before any byte of an answer: an
-// idle timeout of the proxy (or, through a tunnel, of the target) met the
-// request. The target had no part in it as far as rotor can tell, and no
-// one failed: it is reported to no record. The Transport sends a request
-// again itself when none of it was written (with GetBody) or when it is
-// idempotent with a replayable body; one that got here may have been
-// received, so it is not sent twice (RFC 9110 section 9.2.2), and the
-// client is told upstream_closed.
-type closedUnansweredError struct {
-	upstream string
-	why      string // why it is not sent again
-	err      error
-}
-
-func (e *closedUnansweredError) Error() string {
-	return "the kept-alive connection through upstream " + e.upstream + " closed before any answer (an idle timeout met the request: " +
-		e.err.Error() + "); not sent again: " + e.why
-}
-
-func (e *closedUnansweredError) Unwrap() error { return e.err }
 
 // stripFragment removes a fragment from r's target: it is the client's
 // own and not sent (RFC 9110 section 4.2.5; RFC 9112 section 3.2 has
