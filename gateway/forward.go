@@ -236,10 +236,15 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 		case buffered != nil:
 			out.Body = io.NopCloser(bytes.NewReader(buffered))
 			out.ContentLength = int64(len(buffered))
+			// With GetBody the Transport sends the request again on
+			// another connection when a kept-alive one failed before any
+			// byte of it was written (its nothingWrittenError), whatever
+			// the method; without it, it gave up.
+			out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(buffered)), nil }
 		case big != nil:
-			out.Body = big
+			out.Body, out.GetBody = big, nil
 		default:
-			out.Body = nil
+			out.Body, out.GetBody = nil, nil
 		}
 	}
 
@@ -262,8 +267,19 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 		}
 		cf := explain(err)
 		var bad *badAnswerError
-		if errors.As(err, &bad) {
+		var ce *upstream.ConnectStatusError
+		var cu *closedUnansweredError
+		switch {
+		case errors.As(err, &cu):
+			cf = clientFailure{Status: http.StatusBadGateway, Header: "upstream_closed; upstream=" + cu.upstream, Reason: cu.Error()}
+		case errors.As(err, &bad):
 			cf.Reason = bad.reason + " (behind upstream " + lastUpstream(err) + ")"
+		case errors.As(err, &ce) && ce.Plain && !errors.Is(err, upstream.ErrRequestRejected):
+			// The last upstream's own answer: say what it was (squid's
+			// 502 ERR_TOO_BIG, 503 ERR_SHUTTING_DOWN), which a class and
+			// stage alone do not (a rejected request names it already).
+			// Its text is bounded and scrubbed (PlainStatusError).
+			cf.Reason += ": " + ce.Error()
 		}
 		plainError(w, cf.Status, cf.Header, cf.Reason)
 		s.logForward(id, r, params.User, nil, att, err, 0, start)
@@ -278,9 +294,10 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 		if x != nil {
 			resp, err = s.fwdClient(e).roundTrip(ctx, x)
 		} else {
-			setBody()
-			setRawTarget(out, target, e.AbsoluteForm())
-			resp, err = s.transport(e, cfg).RoundTrip(out)
+			resp, err = s.roundTripTransport(e, cfg, out, func() {
+				setBody()
+				setRawTarget(out, target, e.AbsoluteForm())
+			}, big)
 		}
 		if err == nil && resp.StatusCode < http.StatusOK {
 			// rotor strips Upgrade from requests and both clients skip
@@ -312,6 +329,12 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 				att.Neutral(e)
 				s.clientBodyAnswer(w, ce, s.h1.bodyIdle)
 				s.logForward(id, r, params.User, e, att, ce, 0, start)
+				return
+			}
+			if errors.As(err, new(*closedUnansweredError)) {
+				// Nobody's failure, and not sent again (see the type).
+				att.Neutral(e)
+				fail(err)
 				return
 			}
 			err = directSlowIsTarget(e, classifyForwardErr(err, host))
@@ -587,7 +610,8 @@ func directSlowIsTarget(e *upstream.Endpoint, err error) error {
 // one that does not parse, an unsolicited 101), are blamed on the target
 // (a healthy proxy relays a target that hangs up or misbehaves as exactly
 // that), so they do not cool the upstream on their own. Errors reading the
-// client's body never get here (clientBodyError).
+// client's body never get here (clientBodyError), nor a kept-alive
+// connection that closed unanswered (closedUnansweredError).
 func classifyForwardErr(err error, host string) error {
 	var f *health.Failure
 	if errors.As(err, &f) {
@@ -722,9 +746,11 @@ func rotorHeader(k string) bool {
 // classifyProxyResponse recognises answers that come from an http or https
 // upstream proxy itself rather than from the target (../shared/UPSTREAM-SIGNALS.md):
 // 407 (and tinyproxy's 401) mean the proxy rejected rotor's credentials;
-// squid marks its own errors with X-Squid-Error; tinyproxy answers an
-// unreachable target with "500 Unable to connect". Responses from the target
-// return nil.
+// squid marks its own errors with X-Squid-Error, on error statuses only
+// (a 2xx or 3xx carrying it is the target's: a site can send any header,
+// and squid's deny_info redirect is an answer to relay); tinyproxy answers
+// an unreachable target with "500 Unable to connect". Responses from the
+// target return nil.
 func classifyProxyResponse(e *upstream.Endpoint, resp *http.Response) *health.Failure {
 	if !e.AbsoluteForm() {
 		return nil
@@ -740,7 +766,7 @@ func classifyProxyResponse(e *upstream.Endpoint, resp *http.Response) *health.Fa
 		// target-failure rule cools it whole when it happens at hosts
 		// other upstreams reach. Any website could otherwise take every
 		// http upstream out of the pool, one answer each.
-		f := &health.Failure{Class: c, Stage: st, Err: &upstream.ConnectStatusError{StatusCode: resp.StatusCode, Status: resp.Status, SquidError: squid, Plain: true}}
+		f := &health.Failure{Class: c, Stage: st, Err: e.PlainStatusError(resp.StatusCode, resp.Status, squid)}
 		if !c.IsTargetFailure() {
 			f.Scope = health.ScopeTarget
 		}
@@ -751,7 +777,7 @@ func classifyProxyResponse(e *upstream.Endpoint, resp *http.Response) *health.Fa
 		return fail(health.AuthRejected, health.StageProxyAuth)
 	case resp.StatusCode == http.StatusUnauthorized && strings.HasPrefix(server, "tinyproxy"):
 		return fail(health.AuthRejected, health.StageProxyAuth)
-	case squid != "":
+	case squid != "" && resp.StatusCode >= http.StatusBadRequest:
 		switch {
 		case strings.HasPrefix(squid, "ERR_CONNECT_FAIL 110"), strings.HasPrefix(squid, "ERR_READ_TIMEOUT"):
 			return fail(health.TargetTimeout, health.StageTargetConnect)

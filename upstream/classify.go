@@ -241,6 +241,21 @@ func PlainAnswer(ce *ConnectStatusError) *health.Failure {
 	return &health.Failure{Class: health.UpstreamError, Stage: health.StageHTTPStatus, Scope: health.ScopeTarget, Err: &pc}
 }
 
+// PlainStatusError is the *ConnectStatusError (Plain set) of e's own
+// error answer to a forwarded plain-HTTP request, its peer text through
+// PeerText with e's secrets (its password and Proxy-Authorization token),
+// as readConnectResponse does for an answer to CONNECT: ConnectStatusError's
+// Error hides every credential it can recognise, but only the caller knows
+// its own password, which a proxy that checks it can echo too. This text
+// goes into logs, the record's history and the client's 502.
+func (e *Endpoint) PlainStatusError(code int, status, squidError string) *ConnectStatusError {
+	var secrets []string
+	if d, ok := e.dialer.(*connectDialer); ok {
+		secrets = d.secrets()
+	}
+	return &ConnectStatusError{StatusCode: code, Status: PeerText(status, secrets...), SquidError: PeerText(squidError, secrets...), Plain: true}
+}
+
 // plainAnswer re-classifies a failure the gateway's plain-HTTP forward
 // path built for a proxy's own answer (class upstream_error at stage
 // http_status, with a *ConnectStatusError cause, which rotor's CONNECT
@@ -460,24 +475,30 @@ func TargetReplyCode(err error) (code byte, ok bool) {
 }
 
 // RefusalReplyCode returns the SOCKS5 reply code for an upstream's refusal
-// of one destination (class upstream_error with scope target): 8 address
-// type not supported for ErrAddrType, a SOCKS5 upstream's own code (1 or
-// 2), else 2 connection not allowed by ruleset (a policy refusal). ok is
-// false for any other err, including other failures scoped to their
-// target (a slow body on direct).
+// of one destination (class upstream_error scoped to it): 8 address type
+// not supported for ErrAddrType, a SOCKS5 upstream's own code (1 or 2),
+// else 2 connection not allowed by ruleset for a policy refusal (scope
+// port: CONNECT 403, squid's 403 to a forwarded request). ok is false for
+// any other err, including other failures scoped to their target: a
+// proxy's other error answers to a forwarded request (squid's 502
+// ERR_TOO_BIG, 503 ERR_SHUTTING_DOWN: no policy of the proxy's refused
+// them, and a client told 403 / REP 2 would look for one) and a slow
+// body on direct.
 func RefusalReplyCode(err error) (code byte, ok bool) {
 	var f *health.Failure
 	if !errors.As(err, &f) || f.Scope != health.ScopeTarget && f.Scope != health.ScopePort || f.Class != health.UpstreamError {
 		return 0, false
 	}
-	if errors.Is(err, ErrAddrType) {
-		return 8, true
-	}
 	var re *ReplyError
-	if errors.As(err, &re) {
+	switch {
+	case errors.Is(err, ErrAddrType):
+		return 8, true
+	case errors.As(err, &re):
 		return re.Code, true
+	case f.Scope == health.ScopePort:
+		return 2, true
 	}
-	return 2, true
+	return 0, false
 }
 
 // ClientFault reports an error the client's request caused, not the
