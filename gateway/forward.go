@@ -362,7 +362,7 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 		if slices.Contains(cfg.TargetHTTPError.Statuses, resp.StatusCode) {
 			att.Answered(e)
 			s.pool.Report(e, &health.Failure{Class: health.TargetHTTPError, Stage: health.StageHTTPStatus, Target: host,
-				Err: errors.New("target answered " + resp.Status)})
+				Err: errors.New("target answered " + upstream.PeerText(resp.Status))})
 		} else {
 			att.Succeeded(e)
 		}
@@ -506,11 +506,10 @@ var (
 // refused, cut to a line's worth). It must not read as unreachable: the
 // target was reached, and answered nonsense.
 func invalidAnswer(cause error) *badAnswerError {
-	detail := cause.Error()
-	if len(detail) > 160 {
-		detail = detail[:160] + "..."
-	}
-	return &badAnswerError{"the target sent an invalid HTTP response: " + detail}
+	// net/http quotes what it could not parse: a header line an upstream
+	// echoed ("Proxy-Authorization Basic …") would reach the client's 502
+	// and the log. PeerText hides credentials and bounds the text.
+	return &badAnswerError{"the target sent an invalid HTTP response: " + upstream.PeerText(cause.Error())}
 }
 
 // parseError reports whether err, from http.ReadResponse on bytes that
