@@ -691,6 +691,7 @@ func (a *Attempts) Failed(ctx context.Context, e *Endpoint, err error) error {
 	f = forAddrType(plainAnswer(f), a.host)
 	var tw *targetWaitError
 	if f.Class == health.Timeout && errors.As(f, &tw) && p.tr.SucceededWithin(e.rec, aliveWindow) {
+		tw.servedLately() // its text says whose wait it is, as the class does
 		f = &health.Failure{Class: health.TargetTimeout, Stage: health.StageTargetConnect, Target: f.Target, Err: f.Err}
 	}
 	if noOnesFault(f) {

@@ -124,15 +124,31 @@ var ErrAddrType = errors.New("the upstream cannot reach this address type")
 
 // targetWaitError is a deadline hit while waiting for the proxy's answer
 // to CONNECT, that is while the proxy was reaching the target (see (2)
-// above). alive is set when the proxy answered on this connection before.
+// above). alive is set when the proxy answered on this connection before;
+// lately when the attempt loop found that the upstream served a tunnel
+// within aliveWindow (servedLately). Either makes the wait the target's
+// (target_timeout); without them it is the proxy's timeout at
+// proxy_handshake, and the text (the history's detail) says so: it used
+// to blame the target whatever the class said.
 type targetWaitError struct {
-	alive bool
-	err   error
+	alive  bool
+	lately bool
+	err    error
 }
 
 func (e *targetWaitError) Error() string {
-	return "no answer while the proxy reaches the target: " + e.err.Error()
+	switch {
+	case e.lately:
+		return "no answer while the proxy reaches the target (the upstream served a tunnel within the last minute): " + e.err.Error()
+	case e.alive:
+		return "no answer while the proxy reaches the target: " + e.err.Error()
+	}
+	return "the proxy did not answer CONNECT: " + e.err.Error()
 }
+
+// servedLately marks e as the wait of an upstream that served a tunnel
+// within aliveWindow, which the attempt loop classifies as the target's.
+func (e *targetWaitError) servedLately() { e.lately = true }
 
 func (e *targetWaitError) Unwrap() error { return e.err }
 
