@@ -481,11 +481,24 @@ func (hc *h1Conn) serve() {
 		// http.ReadRequest drops Content-Length when Transfer-Encoding is
 		// chunked, and Transfer-Encoding from an HTTP/1.0 request: the
 		// head as it came (headScan) says whether the client sent both,
-		// or a Transfer-Encoding to be ignored. Either framing is suspect
-		// (a request smuggling attempt, RFC 9112 section 11.2), and the
-		// connection MUST close after the answer (section 6.1, 6.3).
-		http10 := !req.ProtoAtLeast(1, 1)
-		hc.badFraming = hc.scan.te && (hc.scan.cl || http10)
+		// or a Transfer-Encoding it ignored. An HTTP/1.0 request with one
+		// MUST be treated as faulty framing (RFC 9112 section 6.1): its
+		// chunked body went on as an empty one (or by a Content-Length the
+		// field contradicts), and the client got the target's answer to a
+		// request the target never saw whole. It is refused with a 400,
+		// what section 6.3 gives a faulty framing, rather than decoded as
+		// squid does: no HTTP/1.0 recipient can be relied on to read it
+		// so (the fix for an old client is HTTP/1.1). Both fields in an
+		// HTTP/1.1 request are suspect too (a request smuggling attempt,
+		// section 11.2): served by Transfer-Encoding, and the connection
+		// MUST close after the answer (section 6.3).
+		if hc.scan.te && req.ProtoMajor == 1 && req.ProtoMinor == 0 {
+			hc.plain(http.StatusBadRequest, "bad_request",
+				"Transfer-Encoding in an HTTP/1.0 request (RFC 9112 section 6.1): send it as HTTP/1.1, or with a Content-Length alone")
+			hc.lingerClose()
+			return
+		}
+		hc.badFraming = hc.scan.te && hc.scan.cl
 		if hc.badFraming {
 			req.Close = true
 		}
