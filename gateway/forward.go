@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/textproto"
 	"net/url"
 	"slices"
@@ -180,6 +181,7 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 		return
 	}
 	ctx := r.Context()
+	iw, _ := w.(interimWriter)
 
 	// Make the body replayable when it is small enough to buffer.
 	var buffered []byte
@@ -212,9 +214,9 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 	var out *http.Request
 	var target string // out's request target as the client sent it
 	if leanForwardable(r, big != nil) {
-		x = &fwdExchange{r: r, head: rawHead(w), addr: addr, body: buffered, firstByte: cfg.SlowBody.FirstByte}
+		x = &fwdExchange{r: r, head: rawHead(w), addr: addr, body: buffered, firstByte: cfg.SlowBody.FirstByte, interim: iw}
 	} else {
-		out = r.Clone(ctx) // deep-copies the header too
+		out = r.Clone(interimTrace(ctx, iw)) // deep-copies the header too
 		out.RequestURI = ""
 		removeHop(out.Header)
 		if _, ok := out.Header["User-Agent"]; !ok {
@@ -381,6 +383,39 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 		s.logForward(id, r, params.User, e, att, berr, n, start)
 		return
 	}
+}
+
+// interimWriter is a ResponseWriter that sends a target's informational
+// (1xx) answers ahead of the final one (h1Writer.interim).
+type interimWriter interface{ interim(code int, h http.Header) }
+
+// interimTrace returns ctx with a ClientTrace that relays the target's
+// informational answers to iw as the Transport reads past them (ctx as it
+// is for a nil iw). The lean client relays them itself (fwdExchange).
+// Given the hook, the Transport stops counting interim heads against
+// MaxResponseHeaderBytes (it leaves that to whoever reads them): they are
+// bounded here as the lean client bounds them, all of them within
+// fwdMaxResponseHead, so a target sending endless 102s gets a 502.
+func interimTrace(ctx context.Context, iw interimWriter) context.Context {
+	if iw == nil {
+		return ctx
+	}
+	size := 0 // the interim heads' bytes so far, near enough
+	return httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
+			size += len("HTTP/1.1 102 Processing\r\n\r\n")
+			for k, vv := range h {
+				for _, v := range vv {
+					size += len(k) + len(": \r\n") + len(v)
+				}
+			}
+			if size > fwdMaxResponseHead {
+				return errRespHeadTooLarge
+			}
+			iw.interim(code, http.Header(h))
+			return nil // a client gone shows at the final answer's writes
+		},
+	})
 }
 
 // stripFragment removes a fragment from r's target: it is the client's
@@ -552,6 +587,10 @@ var transportInvalidAnswer = []string{
 // TestForwardInvalidResponse fail if a Go upgrade changes it. Other
 // errors are returned as they are.
 func transportAnswerError(err error) error {
+	var bad *badAnswerError
+	if errors.As(err, &bad) { // interimTrace's
+		return bad
+	}
 	if strings.HasSuffix(err.Error(), transportHeadTooLarge) {
 		return errRespHeadTooLarge
 	}

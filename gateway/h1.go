@@ -115,6 +115,12 @@ type h1Conn struct {
 	// connection at once, and lets the others answer first (h1Front.cut).
 	answered atomic.Bool
 
+	// imu serialises the writes to bw that may run off the handler's
+	// goroutine while it waits for the target's answer in the Transport:
+	// a target's 1xx relayed from its read loop (h1Writer.interim) and
+	// 100 Continue from its write loop (h1Body.Read).
+	imu sync.Mutex
+
 	wmu    sync.Mutex              // guards the fields below (the client watch)
 	cancel context.CancelCauseFunc // the running request's; nil between requests
 	// tunnelBytes: the running request is a CONNECT whose client sent
@@ -682,11 +688,8 @@ type h1Body struct {
 func (b *h1Body) Read(p []byte) (int, error) {
 	if w := b.w; w != nil {
 		b.w = nil
-		if !w.wroteHeader {
-			_, _ = w.hc.bw.WriteString("HTTP/1.1 100 Continue\r\n\r\n")
-			if err := w.hc.bw.Flush(); err != nil {
-				return 0, err
-			}
+		if err := w.sendContinue(); err != nil {
+			return 0, err
 		}
 	}
 	n, err := b.r.Read(p)
@@ -699,6 +702,47 @@ func (b *h1Body) Read(p []byte) (int, error) {
 }
 
 func (b *h1Body) Close() error { return b.r.Close() }
+
+// sendContinue sends "100 Continue" unless the final answer began.
+func (w *h1Writer) sendContinue() error {
+	w.hc.imu.Lock()
+	defer w.hc.imu.Unlock()
+	if w.wroteHeader {
+		return nil
+	}
+	_, _ = w.hc.bw.WriteString("HTTP/1.1 100 Continue\r\n\r\n")
+	return w.hc.bw.Flush()
+}
+
+// interim sends a target's informational answer with its fields h (but
+// the hop-by-hop ones and rotor's own) at once, ahead of the final one:
+// a proxy MUST forward them (RFC 9110 section 15.2), 102 Processing and
+// 103 Early Hints, which both forward paths read past. Not to an HTTP/1.0
+// client (a server MUST NOT send it one), and not 100 Continue (rotor
+// sends its own when the client asked, h1Body) nor 101 (rotor asks for
+// no upgrade, forward.go errSwitchingProtocols); nothing once the final
+// answer began. It may run on the Transport's read goroutine while the
+// handler waits for the final answer (interimTrace).
+func (w *h1Writer) interim(code int, h http.Header) {
+	if code <= http.StatusSwitchingProtocols || code >= http.StatusOK || !w.req.ProtoAtLeast(1, 1) {
+		return
+	}
+	hc := w.hc
+	hc.imu.Lock()
+	defer hc.imu.Unlock()
+	if w.wroteHeader || hc.hijacked || w.err != nil {
+		return
+	}
+	h = h.Clone()
+	removeHop(h)
+	for k := range h {
+		if rotorHeader(k) {
+			delete(h, k)
+		}
+	}
+	w.writeHead(code, h)
+	w.err = hc.bw.Flush()
+}
 
 // h1Writer is the http.ResponseWriter of one request.
 type h1Writer struct {
@@ -742,7 +786,7 @@ func (w *h1Writer) WriteHeader(code int) {
 	}
 	if code < 200 && code != http.StatusSwitchingProtocols {
 		// An informational answer goes out at once; the final one follows.
-		w.writeHead(code, false)
+		w.writeHead(code, nil)
 		w.err = w.hc.bw.Flush()
 		return
 	}
@@ -840,7 +884,7 @@ func (w *h1Writer) commit(final bool) {
 	if _, ok := h["Date"]; !ok {
 		h["Date"] = []string{time.Now().UTC().Format(http.TimeFormat)}
 	}
-	w.writeHead(w.status, true)
+	w.writeHead(w.status, w.h)
 	if len(w.pending) > 0 {
 		p := w.pending
 		w.pending = nil
@@ -855,9 +899,9 @@ func (w *h1Writer) commit(final bool) {
 	}
 }
 
-// writeHead writes the status line and the header fields (values with CR
-// or LF have them turned into spaces, as net/http does).
-func (w *h1Writer) writeHead(code int, withHeader bool) {
+// writeHead writes the status line and the fields of h (values with CR or
+// LF have them turned into spaces, as net/http does).
+func (w *h1Writer) writeHead(code int, h http.Header) {
 	bw := w.hc.bw
 	_, _ = bw.WriteString("HTTP/1.1 ")
 	_, _ = bw.WriteString(strconv.Itoa(code))
@@ -868,14 +912,12 @@ func (w *h1Writer) writeHead(code int, withHeader bool) {
 		_, _ = bw.WriteString("status code " + strconv.Itoa(code))
 	}
 	_, _ = bw.WriteString("\r\n")
-	if withHeader {
-		for k, vv := range w.h {
-			if !validFieldName(k) {
-				continue
-			}
-			for _, v := range vv {
-				writeHeaderLine(bw, k, v)
-			}
+	for k, vv := range h {
+		if !validFieldName(k) {
+			continue
+		}
+		for _, v := range vv {
+			writeHeaderLine(bw, k, v)
 		}
 	}
 	_, _ = bw.WriteString("\r\n")
