@@ -310,8 +310,7 @@ func TestForwardLeanRequestHead(t *testing.T) {
 // TestForwardLeanClientGoneIsNeutral: a client that leaves while the
 // target has not answered ends the upstream exchange (the connection is
 // closed, not left waiting for first_byte) without blaming the upstream.
-// It leaves with a reset: a FIN after a complete request is a half-close,
-// whose client still gets its answer (TestH1HalfClosedClientGetsItsAnswer).
+// It leaves with a reset (a FIN counts too: TestH1HalfClosedClientHasLeft).
 func TestForwardLeanClientGoneIsNeutral(t *testing.T) {
 	closed := make(chan struct{})
 	rt := newRawTarget(t, func(c net.Conn, br *bufio.Reader, rt *rawTarget) {
@@ -685,10 +684,11 @@ func TestForwardClientGoneAtLastFlush(t *testing.T) {
 		}
 		_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nfirst\r\n")
 		<-left
-		// The client closed (a FIN: the watch takes it for a half-close):
-		// rotor's next write is taken by the kernel and answered with a
-		// reset, the one after it fails, and is the last before the end,
-		// which comes in a read of its own.
+		// The client closed (a FIN, which the client watch also takes
+		// for gone at its next check, whichever comes first): rotor's
+		// next write is taken by the kernel and answered with a reset,
+		// the one after it fails, and is the last before the end, which
+		// comes in a read of its own.
 		for _, chunk := range []string{"6\r\nsecond\r\n", "5\r\nthird\r\n", "0\r\n\r\n"} {
 			time.Sleep(200 * time.Millisecond)
 			_, _ = io.WriteString(c, chunk)
