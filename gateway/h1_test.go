@@ -308,7 +308,7 @@ func TestH1ShutdownClosesIdle(t *testing.T) {
 // sees a malformed line), and the connection closes without a reset: the
 // rest of the head is drained so the client reads the answer.
 func TestH1HeadTooLarge(t *testing.T) {
-	srv := directGateway(t)
+	srv := patientGateway(t) // 100 KB of fields
 	for _, tc := range []struct{ name, fields string }{
 		{"one long line", "X-Big: " + strings.Repeat("z", 80<<10) + "\r\n"},
 		{"many short lines", strings.Repeat("X-Short: abcdefghijklmnopqrstuvwxyz\r\n", 3000)},
