@@ -330,3 +330,25 @@ func TestFleetAutomaticRemoteKeepsOperatorDisable(t *testing.T) {
 		t.Fatalf("eligible after a newer enable: %v, want eligible", s.State)
 	}
 }
+
+// TestFleetRevivePublishesNothing: an upstream put back in the config
+// gets its kept record without publishing it to the fleet. Bug: the kept
+// operator disable went out as a new operator action and undid an enable
+// another instance had made while the upstream was out of this config.
+func TestFleetRevivePublishesNothing(t *testing.T) {
+	tr, clk := newFakeTracker(t, Config{StartEligible: true})
+	ff := &fakeFleet{grant: true}
+	tr.SetFleet(ff, ff, time.Second)
+	r := tr.Add("k", "up", nil, false)
+	tr.Disable(r, "bad exit IPs")
+	before := len(ff.published)
+	tr.Remove("k")
+	clk.Advance(4 * time.Second)
+	r = tr.Add("k", "up", nil, false)
+	if s := tr.Snapshot(r).State; s != Disabled {
+		t.Fatalf("back in the config: %v, want its kept disable", s)
+	}
+	if pub, _, _ := ff.snapshot(); len(pub) != before {
+		t.Errorf("published %+v on coming back, want nothing", pub[before:])
+	}
+}

@@ -198,7 +198,12 @@ func (t *Tracker) postState(r *Record, c change, e *effects) {
 	if to == Cooling {
 		c.until = r.until
 	}
-	if !e.remote && t.fleet.Load() != nil {
+	// A restore is not published: the fleet's record of the upstream is
+	// newer than what this instance kept (bug: a reload that put an
+	// upstream back republished its kept operator disable as a new
+	// operator action, undoing an enable made elsewhere meanwhile); the
+	// fleet hands this record the shared one (Tracker.Shared, Reconcile).
+	if !e.remote && !c.restored && t.fleet.Load() != nil {
 		c.shared = sharedState(r, tr)
 	}
 	t.post(c, e)
