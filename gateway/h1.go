@@ -461,7 +461,7 @@ func (hc *h1Conn) serve() {
 		}
 		// A connection's first byte tells a SOCKS5 or TLS client, which
 		// would otherwise wait out the head's deadline for a 408.
-		if b, err := hc.br.Peek(1); first && err == nil && (b[0] == socks5Version || b[0] == tlsHandshakeRecord) {
+		if b, err := hc.br.Peek(1); first && err == nil && (b[0] == socks5Version || b[0] == socks4Version || b[0] == tlsHandshakeRecord) {
 			hc.refuseOtherProtocol(b[0])
 			return
 		}
