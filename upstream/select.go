@@ -689,10 +689,12 @@ const (
 	// make traffic flap between them.
 	latencySwitch    = 4
 	latencySwitchDiv = 5
-	// latencyExploreEvery: one pick in this many tries a sampled endpoint
-	// whose latency is still unknown, so new and recovered endpoints get
-	// measured without costing much.
+	// latencyExploreEvery: one pick in this many explores: it tries a
+	// sampled endpoint other than the current choice, one not measured yet
+	// first, else the one measured longest ago if that was at least
+	// latencyRefresh seconds ago.
 	latencyExploreEvery = 16
+	latencyRefresh      = 1 // seconds
 )
 
 // lowestLatency prefers the endpoint with the lowest smoothed dial +
@@ -702,6 +704,20 @@ const (
 // converges to its fastest endpoints over successive picks rather than
 // scanning all of them each time. Hysteresis (latencySwitch) stops flapping;
 // the current choice is replaced at once when it is not admitted.
+//
+// Figures go stale: an upstream's latency is only measured when it is
+// picked, so one that the choice left (a few slow tunnels, a slow target
+// counted against it) would never be picked again to show it is fast. So
+// exploring picks also re-measure measured upstreams, the least recently
+// measured of the sample, at most once per latencyRefresh each (issue:
+// exploring tried only unmeasured upstreams, and one slow sample locked
+// traffic on a proxy 75 times slower for good; at 1000 tunnels a second
+// over a dozen upstreams this is under 1% of them). An exploring pick
+// also drops the figure of the sampled candidates that are out (cooling,
+// disabled): back, such an upstream is unmeasured, explored first and
+// measured afresh, rather than judged by what it did before it failed (in
+// a large pool, where few are sampled, its figure is stale by then, and
+// its first sample replaces it: see observeLatency).
 type lowestLatency struct {
 	cur   atomic.Pointer[latencyChoice]
 	picks atomic.Uint64
@@ -735,9 +751,9 @@ func (l *lowestLatency) pick(s *set, a admitter) *Endpoint {
 	var buf [fullScan]int
 	c := sample(s, list, &buf, sampleSize)
 	best, unknown := -1, -1
-	var bestLat int64
+	var bestLat uint64
 	for _, i := range c {
-		switch lat := s.lds[i].lat.Load(); {
+		switch lat := latUS(s.lds[i].lat.Load()); {
 		case lat == 0:
 			if unknown < 0 {
 				unknown = i
@@ -747,11 +763,15 @@ func (l *lowestLatency) pick(s *set, a admitter) *Endpoint {
 		}
 	}
 	explore := l.picks.Add(1)%latencyExploreEvery == 0
-	if unknown >= 0 && (explore || best < 0 && cur < 0) && a.admit(s, unknown) {
+	if explore {
+		if e := l.explore(s, c, cur, a); e != nil {
+			return e
+		}
+	} else if unknown >= 0 && best < 0 && cur < 0 && a.admit(s, unknown) {
 		return s.eps[unknown]
 	}
 	if cur >= 0 && (best < 0 || best == cur ||
-		bestLat*latencySwitchDiv >= s.lds[cur].lat.Load()*latencySwitch) && a.admit(s, cur) {
+		bestLat*latencySwitchDiv >= latUS(s.lds[cur].lat.Load())*latencySwitch) && a.admit(s, cur) {
 		return s.eps[cur]
 	}
 	if best >= 0 && a.admit(s, best) {
@@ -767,7 +787,7 @@ func (l *lowestLatency) pick(s *set, a admitter) *Endpoint {
 	// Neither the choice nor the best sampled is admitted: any sampled
 	// endpoint, fastest known first, then anything.
 	slices.SortFunc(c, func(x, y int) int {
-		lx, ly := s.lds[x].lat.Load(), s.lds[y].lat.Load()
+		lx, ly := latUS(s.lds[x].lat.Load()), latUS(s.lds[y].lat.Load())
 		if lx == 0 {
 			lx = 1 << 62
 		}
@@ -785,4 +805,38 @@ func (l *lowestLatency) pick(s *set, a admitter) *Endpoint {
 		return nil
 	}
 	return randomPick{}.pick(s, a)
+}
+
+// explore is an exploring pick among the sampled candidates c: one not
+// measured yet, else the one other than cur measured longest ago, if at
+// least latencyRefresh ago; nil when there is none or a refuses it. It
+// also drops the figure of candidates that are out, so that they are
+// measured afresh when they are back. Only one pick in
+// latencyExploreEvery reads the candidates' gates for that, which keeps
+// the others to one load per candidate.
+func (l *lowestLatency) explore(s *set, c []int, cur int, a admitter) *Endpoint {
+	unknown, stale := -1, -1
+	var staleAt uint32
+	for _, i := range c {
+		w := s.lds[i].lat.Load()
+		switch {
+		case s.hot[i].gate.Shut():
+			if w != 0 {
+				s.lds[i].lat.CompareAndSwap(w, 0)
+			}
+		case w == 0:
+			if unknown < 0 {
+				unknown = i
+			}
+		case i != cur && (stale < 0 || int32(latAt(w)-staleAt) < 0):
+			stale, staleAt = i, latAt(w)
+		}
+	}
+	switch {
+	case unknown >= 0 && a.admit(s, unknown):
+		return s.eps[unknown]
+	case stale >= 0 && latSecond(s.eps[stale].clock.Now())-staleAt >= latencyRefresh && a.admit(s, stale):
+		return s.eps[stale]
+	}
+	return nil
 }

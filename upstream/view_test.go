@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/rotor-proxy/rotor/health/healthtest"
 )
 
 // countsFor picks n times for req (each tunnel released at once) and
@@ -180,7 +182,7 @@ func TestLowestLatencyWithTags(t *testing.T) {
 	for _, i := range []int{10, 50, 90} {
 		sp[i].Tags = []string{"t"}
 	}
-	tp := newTestPool(t, PoolConfig{Strategy: "lowest-latency", WaitForUpstream: time.Millisecond}, nil, sp...)
+	tp := newTestPool(t, PoolConfig{Strategy: "lowest-latency", WaitForUpstream: time.Millisecond}, healthtest.NewClock(time.Time{}), sp...)
 	for _, e := range tp.Endpoints() {
 		tp.setLatency(e.Name, time.Millisecond/2) // untagged: faster still
 	}
