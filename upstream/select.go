@@ -7,7 +7,6 @@ import (
 	"math/bits"
 	"math/rand/v2"
 	"slices"
-	"sync"
 	"sync/atomic"
 
 	"github.com/rotor-proxy/rotor/health"
@@ -331,33 +330,16 @@ const (
 // shut, stepped past like refused ones), on their own cursor, one per tag
 // set: on one shared cursor, clients asking for different tags alternately
 // used up each other's steps and locked into a fixed pattern (tag a always
-// got the same upstream of three). At most maxTagCursors tag sets get one
-// (tags come from clients); further ones share the untagged cursor.
+// got the same upstream of three). The cursor is the view's (view.rr), so
+// it is kept exactly as long as the view: a tag set no upstream carries
+// gets none, and a reload starts afresh. A tag set whose view the set does
+// not keep (past maxTagViews) shares the untagged cursor. Issue: the
+// cursors were the strategy's, one for every tag set asked for, the first
+// 4096 for good, typos included (scraper-tag-bogus1, bogus2, …), so after
+// a typo loop every tag set added later shared the untagged cursor, and
+// two of them alternating each got one upstream of two.
 type roundRobin struct {
-	cursor  atomic.Uint64
-	byTags  sync.Map // tag key → *atomic.Uint64
-	tagSets atomic.Int64
-}
-
-// maxTagCursors bounds the round-robin cursors kept for tag sets.
-const maxTagCursors = 4096
-
-// cursorFor returns the cursor for the tag set named key ("" for none).
-func (r *roundRobin) cursorFor(key string) *atomic.Uint64 {
-	if key == "" {
-		return &r.cursor
-	}
-	if c, ok := r.byTags.Load(key); ok {
-		return c.(*atomic.Uint64)
-	}
-	if r.tagSets.Load() >= maxTagCursors {
-		return &r.cursor
-	}
-	c, loaded := r.byTags.LoadOrStore(key, new(atomic.Uint64))
-	if !loaded {
-		r.tagSets.Add(1)
-	}
-	return c.(*atomic.Uint64)
+	cursor atomic.Uint64
 }
 
 func (r *roundRobin) pick(s *set, a admitter) *Endpoint {
@@ -365,10 +347,17 @@ func (r *roundRobin) pick(s *set, a admitter) *Endpoint {
 	if n == 0 {
 		return nil
 	}
-	_, key := a.tagSet()
-	cursor := r.cursorFor(key)
-	if list := s.viewOf(a).restricted(); list != nil {
-		return rrList(s, list, cursor, a)
+	cursor := &r.cursor
+	if v := s.viewOf(a); v != nil {
+		if len(v.idx) == 0 {
+			return nil // no endpoint has the tags
+		}
+		if v.kept {
+			cursor = &v.rr
+		}
+		if list := v.restricted(); list != nil {
+			return rrList(s, list, cursor, a)
+		}
 	}
 	// Steps: at most one per endpoint in, so that a pick every endpoint
 	// refuses ends; then a walk, for the gates that ask (an old snapshot)

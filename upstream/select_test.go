@@ -734,17 +734,26 @@ func TestRoundRobinEvenWithMixedTags(t *testing.T) {
 	}
 }
 
-// TestRoundRobinTagCursorsBounded: tags come from clients; the cursors
-// kept for tag sets stop at maxTagCursors.
-func TestRoundRobinTagCursorsBounded(t *testing.T) {
-	var r roundRobin
-	for i := range maxTagCursors + 100 {
-		r.cursorFor(tagKey([]string{fmt.Sprint("t", i)}))
+// TestRoundRobinTagSetPastViewBound: a tag set past maxTagViews (its view
+// is not kept, nor its own cursor) takes turns on the untagged cursor, so
+// its upstreams still get equal shares.
+func TestRoundRobinTagSetPastViewBound(t *testing.T) {
+	many := make([]string, maxTagViews+100)
+	for i := range many {
+		many[i] = fmt.Sprint("u", i)
 	}
-	if n := r.tagSets.Load(); n != maxTagCursors {
-		t.Errorf("%d tag cursors, want at most %d", n, maxTagCursors)
+	sp := specs("e0", "e1", "e2")
+	sp[0].Tags, sp[1].Tags = many, many
+	tp := newTestPool(t, PoolConfig{Strategy: "round-robin", WaitForUpstream: time.Millisecond}, nil, sp...)
+	s := tp.set.Load()
+	for _, tag := range many[:maxTagViews] {
+		s.viewOf(tp.NewAttempts(Request{Addr: "example.com:443", Tags: []string{tag}}))
 	}
-	if c := r.cursorFor(tagKey([]string{"new"})); c != &r.cursor {
-		t.Error("a tag set past the bound did not share the untagged cursor")
+	past := Request{Addr: "example.com:443", Tags: []string{many[maxTagViews+50]}}
+	if v := s.viewOf(tp.NewAttempts(past)); v.kept {
+		t.Fatal("a view past maxTagViews was kept")
+	}
+	if got := tp.countsFor(t, past, 100); got["e0"] != 50 || got["e1"] != 50 {
+		t.Errorf("picks %v for a tag set past the bound, want e0 and e1 50 each", got)
 	}
 }

@@ -38,6 +38,11 @@ type view struct {
 	other     []int32
 	total     int64
 
+	// kept is set when the set keeps v (see viewOf): only then does its
+	// per-tag-set strategy state below outlive one pick.
+	kept bool
+	// rr is the round-robin cursor of this tag set (see roundRobin).
+	rr atomic.Uint64
 	// latency is the lowest-latency strategy's current choice for this
 	// tag set, an index into the set plus one (0: none yet).
 	latency atomic.Int32
@@ -46,7 +51,10 @@ type view struct {
 // Bounds on the views a set caches (tags come from clients): at most
 // maxTagViews tag sets, listing at most viewBudget members together. A
 // tag set beyond them gets a view built for its pick, O(the shortest of
-// its tags' lists), and not kept.
+// its tags' lists), and not kept. Nor is the view of a tag set no
+// endpoint carries (usually a typo): a client looping over made-up tags
+// must not use up the bounds, and so the per-tag-set state views hold,
+// for the tag sets that exist. Views go with their set, at every reload.
 const (
 	maxTagViews    = 4096
 	viewBudgetBase = 1 << 16
@@ -85,7 +93,8 @@ func (s *set) viewOf(a admitter) *view {
 		return v.(*view)
 	}
 	v := s.newView(tags)
-	if s.nviews.Load() < maxTagViews && s.viewCost.Load()+int64(len(v.idx)) <= s.viewBudget() {
+	if len(v.idx) > 0 && s.nviews.Load() < maxTagViews && s.viewCost.Load()+int64(len(v.idx)) <= s.viewBudget() {
+		v.kept = true
 		if old, loaded := s.views.LoadOrStore(key, v); loaded {
 			return old.(*view)
 		}
