@@ -60,3 +60,86 @@ func TestTypoTagsTakeNoTagState(t *testing.T) {
 	typos()
 	alternate("after more typos")
 }
+
+// TestTagViewsReclaimed: views (and with them round-robin turns) of tag
+// sets no longer asked for are reclaimed, so a tag set first asked for
+// after a client went through thousands of others (tags that exist: an
+// upstream may carry many, and they combine) gets its own turn. Without
+// reclaiming, the first maxTagViews tag sets kept theirs until the next
+// reload, and a later one shared the untagged cursor with the rest:
+// alternating with the one-off tag sets, it got the same upstream every
+// time.
+func TestTagViewsReclaimed(t *testing.T) {
+	const oneOff = maxTagViews + 2000
+	tags := make([]string, oneOff, oneOff+1)
+	for i := range tags {
+		tags[i] = fmt.Sprint("u", i)
+	}
+	tags = append(tags, "late")
+	sp := specs("e0", "e1", "e2")
+	sp[0].Tags, sp[1].Tags = tags, tags
+	tp := newTestPool(t, PoolConfig{Strategy: "round-robin", WaitForUpstream: time.Millisecond}, nil, sp...)
+	for i := range maxTagViews {
+		tp.use(t, Request{Addr: "example.com:443", Tags: []string{tags[i]}})
+	}
+	late := map[string]int{}
+	for i := maxTagViews; i < oneOff; i++ {
+		tp.use(t, Request{Addr: "example.com:443", Tags: []string{tags[i]}})
+		n := tp.use(t, Request{Addr: "example.com:443", Tags: []string{"late"}})
+		if i >= oneOff-200 {
+			late[n]++
+		}
+	}
+	if late["e0"] != 100 || late["e1"] != 100 {
+		t.Errorf("late tag set, alternating with one-off ones: picks %v, want e0 and e1 100 each", late)
+	}
+	if n := tp.set.Load().nviews.Load(); n > maxTagViews {
+		t.Errorf("%d views kept, want at most %d", n, maxTagViews)
+	}
+}
+
+// TestTagViewsSweepConcurrent: lookups and sweeps from several goroutines
+// at once keep the view counts exact (run with -race).
+func TestTagViewsSweepConcurrent(t *testing.T) {
+	tags := make([]string, 3*maxTagViews)
+	for i := range tags {
+		tags[i] = fmt.Sprint("u", i)
+	}
+	sp := specs("e0", "e1")
+	sp[0].Tags = tags
+	tp := newTestPool(t, PoolConfig{WaitForUpstream: time.Millisecond}, nil, sp...)
+	s := tp.set.Load()
+	done := make(chan struct{})
+	for g := range 4 {
+		go func() { // owner: the test; ends after its lookups
+			defer func() { done <- struct{}{} }()
+			for i := range 2 * maxTagViews {
+				tag := tags[(g*maxTagViews/2+i)%len(tags)]
+				if i%3 == 0 {
+					tag = "u0" // one tag set in constant use
+				}
+				if v := s.viewOf(tp.NewAttempts(Request{Addr: "example.com:443", Tags: []string{tag}})); len(v.idx) != 1 {
+					t.Errorf("view of %s lists %d endpoints, want 1", tag, len(v.idx))
+					return
+				}
+			}
+		}()
+	}
+	for range 4 {
+		<-done
+	}
+	var n, cost int64
+	s.views.Range(func(_, x any) bool {
+		n++
+		cost += int64(len(x.(*view).idx))
+		return true
+	})
+	// The bound is checked before a view is stored: lookups racing at
+	// the bound may each store one.
+	if n != s.nviews.Load() || cost != s.viewCost.Load() || n > maxTagViews+4 {
+		t.Errorf("%d views listing %d members kept; counted %d and %d (bound %d)", n, cost, s.nviews.Load(), s.viewCost.Load(), maxTagViews)
+	}
+	if x, ok := s.views.Load("u0"); !ok || !x.(*view).kept {
+		t.Error("the tag set in constant use lost its view")
+	}
+}
