@@ -182,7 +182,7 @@ func TestLowestLatencyRemeasuresRecovered(t *testing.T) {
 	fast := r.tp.Lookup("fast")
 	slowFigure := fast.Latency()
 	r.tp.disable(t, "fast")
-	if got := r.run(t, 20); got["slow"] != 20 {
+	if got := r.run(t, 2*latencyRemeasureEvery); got["slow"] != 2*latencyRemeasureEvery {
 		t.Fatalf("with fast disabled: picks %v", got)
 	}
 	// fast comes back (enabled; with no probe URL it is eligible at once),

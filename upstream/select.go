@@ -679,11 +679,15 @@ const (
 	latencySwitch    = 4
 	latencySwitchDiv = 5
 	// latencyExploreEvery: one pick in this many explores: it tries a
-	// sampled endpoint other than the current choice, one not measured yet
-	// first, else the one measured longest ago if that was at least
-	// latencyRefresh seconds ago.
-	latencyExploreEvery = 16
-	latencyRefresh      = 1 // seconds
+	// sampled endpoint not measured yet; one in latencyRemeasureEvery,
+	// failing that, the sampled endpoint other than the current choice
+	// measured longest ago, if that was at least latencyRefresh seconds
+	// ago. Re-measuring is rarer: in a large pool it always finds one to
+	// try, and that one is cold in the cache (at 100,000 endpoints one in
+	// 16 cost a pick 40-70 ns on average).
+	latencyExploreEvery   = 16
+	latencyRemeasureEvery = 64
+	latencyRefresh        = 1 // seconds
 )
 
 // lowestLatency prefers the endpoint with the lowest smoothed dial +
@@ -697,15 +701,16 @@ const (
 // Figures go stale: an upstream's latency is only measured when it is
 // picked, so one that the choice left (a few slow tunnels, a slow target
 // counted against it) would never be picked again to show it is fast. So
-// exploring picks also re-measure measured upstreams, the least recently
-// measured of the sample, at most once per latencyRefresh each (issue:
-// exploring tried only unmeasured upstreams, and one slow sample locked
-// traffic on a proxy 75 times slower for good; at 1000 tunnels a second
-// over a dozen upstreams this is under 1% of them). An exploring pick
-// also drops the figure of the sampled candidates that are out (cooling,
+// some exploring picks also re-measure measured upstreams, the least
+// recently measured of the sample, at most once per latencyRefresh each
+// (issue: exploring tried only unmeasured upstreams, and one slow sample
+// locked traffic on a proxy 75 times slower for good; at 1000 tunnels a
+// second over a dozen upstreams this is about 1% of them). Those picks
+// also drop the figure of the sampled candidates that are out (cooling,
 // disabled): back, such an upstream is unmeasured, explored first and
 // measured afresh, rather than judged by what it did before it failed (in
-// a large pool, where few are sampled, its figure is stale by then, and
+// a large pool, where few are sampled, its figure is usually stale by then
+// (no sample for latencyStale seconds), and
 // its first sample replaces it: see observeLatency).
 type lowestLatency struct {
 	cur   atomic.Pointer[latencyChoice]
@@ -751,9 +756,9 @@ func (l *lowestLatency) pick(s *set, a admitter) *Endpoint {
 			best, bestLat = i, lat
 		}
 	}
-	explore := l.picks.Add(1)%latencyExploreEvery == 0
-	if explore {
-		if e := l.explore(s, c, cur, a); e != nil {
+	nth := l.picks.Add(1)
+	if nth%latencyExploreEvery == 0 {
+		if e := l.explore(s, c, cur, a, nth%latencyRemeasureEvery == 0); e != nil {
 			return e
 		}
 	} else if unknown >= 0 && best < 0 && cur < 0 && a.admit(s, unknown) {
@@ -797,19 +802,19 @@ func (l *lowestLatency) pick(s *set, a admitter) *Endpoint {
 }
 
 // explore is an exploring pick among the sampled candidates c: one not
-// measured yet, else the one other than cur measured longest ago, if at
-// least latencyRefresh ago; nil when there is none or a refuses it. It
-// also drops the figure of candidates that are out, so that they are
-// measured afresh when they are back. Only one pick in
-// latencyExploreEvery reads the candidates' gates for that, which keeps
-// the others to one load per candidate.
-func (l *lowestLatency) explore(s *set, c []int, cur int, a admitter) *Endpoint {
+// measured yet, else (when remeasure) the one other than cur measured
+// longest ago, if at least latencyRefresh ago; nil when there is none or
+// a refuses it. When remeasure, it also drops the figure of the
+// candidates that are out, so that they are measured afresh when they are
+// back: only those picks read the candidates' gates (cold at 100,000
+// endpoints), which keeps the others to the loads pick made already.
+func (l *lowestLatency) explore(s *set, c []int, cur int, a admitter, remeasure bool) *Endpoint {
 	unknown, stale := -1, -1
 	var staleAt uint32
 	for _, i := range c {
 		w := s.lds[i].lat.Load()
 		switch {
-		case s.hot[i].gate.Shut():
+		case remeasure && s.hot[i].gate.Shut():
 			if w != 0 {
 				s.lds[i].lat.CompareAndSwap(w, 0)
 			}
@@ -824,7 +829,7 @@ func (l *lowestLatency) explore(s *set, c []int, cur int, a admitter) *Endpoint 
 	switch {
 	case unknown >= 0 && a.admit(s, unknown):
 		return s.eps[unknown]
-	case stale >= 0 && latSecond(s.eps[stale].clock.Now())-staleAt >= latencyRefresh && a.admit(s, stale):
+	case remeasure && stale >= 0 && latSecond(s.eps[stale].clock.Now())-staleAt >= latencyRefresh && a.admit(s, stale):
 		return s.eps[stale]
 	}
 	return nil
