@@ -683,8 +683,8 @@ const (
 	// failing that, the sampled endpoint other than the current choice
 	// measured longest ago, if that was at least latencyRefresh seconds
 	// ago. Re-measuring is rarer: in a large pool it always finds one to
-	// try, and that one is cold in the cache (at 100,000 endpoints one in
-	// 16 cost a pick 40-70 ns on average).
+	// try, cold in the cache, and reads the gates and the clock (one pick
+	// in 16 doing so showed in BenchmarkPick at 100,000 endpoints).
 	latencyExploreEvery   = 16
 	latencyRemeasureEvery = 64
 	latencyRefresh        = 1 // seconds
@@ -756,12 +756,12 @@ func (l *lowestLatency) pick(s *set, a admitter) *Endpoint {
 			best, bestLat = i, lat
 		}
 	}
-	nth := l.picks.Add(1)
-	if nth%latencyExploreEvery == 0 {
-		if e := l.explore(s, c, cur, a, nth%latencyRemeasureEvery == 0); e != nil {
+	switch nth := l.picks.Add(1); {
+	case nth%latencyRemeasureEvery == 0:
+		if e := l.remeasure(s, c, cur, a); e != nil {
 			return e
 		}
-	} else if unknown >= 0 && best < 0 && cur < 0 && a.admit(s, unknown) {
+	case unknown >= 0 && (nth%latencyExploreEvery == 0 || best < 0 && cur < 0) && a.admit(s, unknown):
 		return s.eps[unknown]
 	}
 	if cur >= 0 && (best < 0 || best == cur ||
@@ -801,20 +801,20 @@ func (l *lowestLatency) pick(s *set, a admitter) *Endpoint {
 	return randomPick{}.pick(s, a)
 }
 
-// explore is an exploring pick among the sampled candidates c: one not
-// measured yet, else (when remeasure) the one other than cur measured
-// longest ago, if at least latencyRefresh ago; nil when there is none or
-// a refuses it. When remeasure, it also drops the figure of the
-// candidates that are out, so that they are measured afresh when they are
-// back: only those picks read the candidates' gates (cold at 100,000
-// endpoints), which keeps the others to the loads pick made already.
-func (l *lowestLatency) explore(s *set, c []int, cur int, a admitter, remeasure bool) *Endpoint {
+// remeasure is the exploring pick of one pick in latencyRemeasureEvery,
+// among the sampled candidates c: one not measured yet, else the one
+// other than cur measured longest ago, if at least latencyRefresh ago;
+// nil when there is none or a refuses it. It also drops the figure of the
+// candidates that are out, so that they are measured afresh when they
+// are back. Only these picks read the candidates' gates (cold at 100,000
+// endpoints) and the clock.
+func (l *lowestLatency) remeasure(s *set, c []int, cur int, a admitter) *Endpoint {
 	unknown, stale := -1, -1
 	var staleAt uint32
 	for _, i := range c {
 		w := s.lds[i].lat.Load()
 		switch {
-		case remeasure && s.hot[i].gate.Shut():
+		case s.hot[i].gate.Shut():
 			if w != 0 {
 				s.lds[i].lat.CompareAndSwap(w, 0)
 			}
@@ -829,7 +829,7 @@ func (l *lowestLatency) explore(s *set, c []int, cur int, a admitter, remeasure 
 	switch {
 	case unknown >= 0 && a.admit(s, unknown):
 		return s.eps[unknown]
-	case remeasure && stale >= 0 && latSecond(s.eps[stale].clock.Now())-staleAt >= latencyRefresh && a.admit(s, stale):
+	case stale >= 0 && latSecond(s.eps[stale].clock.Now())-staleAt >= latencyRefresh && a.admit(s, stale):
 		return s.eps[stale]
 	}
 	return nil
