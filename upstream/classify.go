@@ -69,7 +69,13 @@ import (
 // has no greeting, and a pipelined SOCKS5 handshake may have been dropped
 // half-way: there the dialer says timeout at proxy_handshake, and the
 // attempt loop makes it target_timeout at target_connect when the
-// upstream served a tunnel within the last minute (aliveWindow).
+// upstream served a tunnel within the last minute (aliveWindow). Neither
+// proof of life is sure (a TLS front such as stunnel completes TLS while
+// the proxy behind it hangs; a proxy may hang right after serving), so
+// the attempt loop retries any target failure elsewhere when another
+// upstream reached that host:port lately, and the upstream whose failure
+// it was cools for that host:port once another one reaches it (see
+// Attempts.Failed).
 //
 // (3) An address type the upstream cannot reach (ErrAddrType): REP 8
 // always; for an IPv6 literal target also REP 3, squid ERR_CONNECT_FAIL
