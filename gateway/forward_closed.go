@@ -28,11 +28,20 @@ func (s *Server) roundTripTransport(e *upstream.Endpoint, cfg *Config, out *http
 		ct := &connTrace{}
 		resp, err := s.transport(e, cfg).RoundTrip(ct.request(out))
 		err = ct.closedUnanswered(err, e, out.Method, big, again)
-		if again || !idempotent(out.Method) || big != nil && big.n.Load() > 0 || s.cutting.Load() ||
+		if again || !resendable(out.Method) || big != nil && big.n.Load() > 0 || s.cutting.Load() ||
 			!errors.As(err, new(*closedUnansweredError)) {
 			return resp, err
 		}
 	}
+}
+
+// resendable reports whether method is idempotent (RFC 9110 section
+// 9.2.2: PUT and DELETE too), so that a request of it that may have been
+// received can go once more after its connection closed unanswered.
+// (idempotent, narrower, also decides hedged second opinions and the lean
+// client: a PUT is never sent to two upstreams at once.)
+func resendable(method string) bool {
+	return idempotent(method) || method == http.MethodPut || method == http.MethodDelete
 }
 
 // connTrace follows one RoundTrip of the Transport (httptrace): whether
@@ -72,7 +81,7 @@ func (ct *connTrace) closedUnanswered(err error, e *upstream.Endpoint, method st
 	}
 	why := "it went again, on another connection, which closed as well"
 	switch {
-	case !idempotent(method):
+	case !resendable(method):
 		why = method + " is not idempotent and may have been received"
 	case body != nil && body.n.Load() > 0 && !again:
 		why = "its streamed body was read already"

@@ -215,3 +215,25 @@ func TestForwardReusedConnClosedIdempotentGoesAgain(t *testing.T) {
 	}
 	noFailures(t, srv, "up")
 }
+
+// TestForwardReusedConnClosedPutGoesAgain: a PUT (idempotent, RFC 9110
+// section 9.2.2) whose reused connection closed before any answer goes
+// once more, as a GET does. Bug: only GET, HEAD, OPTIONS and TRACE did;
+// the PUT got a 502 saying it "is not idempotent".
+func TestForwardReusedConnClosedPutGoesAgain(t *testing.T) {
+	var n atomic.Int64
+	far := newRawTarget(t, answerOnceThenClose(&n))
+	srv, _ := startGateway(t, fmt.Sprintf("[pool]\nstart_eligible = true\nwait_for_upstream = \"100ms\"\n"+
+		"[[upstream]]\nurl = \"http://%s\"\nname = \"up\"\n", far.Addr()))
+	for i, method := range []string{http.MethodPut, http.MethodPut} {
+		c, br := h1Dial(t, srv)
+		fmt.Fprintf(c, "%s http://example.test/q HTTP/1.1\r\nHost: example.test\r\nContent-Length: 5\r\n\r\nhello", method)
+		resp, body := h1Read(t, br, method)
+		if resp.StatusCode != 200 || body != "ok\n" {
+			t.Fatalf("%s %d: %d %q (X-Rotor-Error %q)", method, i, resp.StatusCode, body, resp.Header.Get("X-Rotor-Error"))
+		}
+	}
+	if got := n.Load(); got != 3 {
+		t.Errorf("the far end got %d requests, want 3 (the second PUT twice)", got)
+	}
+}

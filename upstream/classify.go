@@ -408,7 +408,7 @@ func (e *ConnectStatusError) classify() (health.Class, health.Stage) {
 // policyRefusal reports a 403 answering CONNECT that is not an
 // authentication problem (squid's ERR_CACHE_ACCESS_DENIED is auth_rejected).
 func (e *ConnectStatusError) policyRefusal() bool {
-	if e.StatusCode != 403 {
+	if e.StatusCode != 403 || strings.HasPrefix(e.SquidError, "ERR_TOO_BIG") { // an answer body over reply_body_max_size
 		return false
 	}
 	c, _ := e.classify()
@@ -437,9 +437,10 @@ func (e *ConnectStatusError) rejectsRequest() bool {
 		return true
 	case "ERR_TOO_BIG":
 		// 413/414: the request was; 502: the target's answer head was
-		// over squid's reply_header_max_size, which another upstream
-		// may well fetch.
-		return e.StatusCode < 500
+		// over squid's reply_header_max_size, and 403 its body over
+		// reply_body_max_size (bug: taken for the client's request):
+		// another upstream may well fetch those.
+		return e.StatusCode == 413 || e.StatusCode == 414
 	}
 	switch code := e.StatusCode; {
 	case !e.Plain, code < 400, code > 499:

@@ -193,6 +193,7 @@ func TestPlainAnswer(t *testing.T) {
 		// The target's answer head over squid's limit: not the client's
 		// request (it was answered as one, and never retried elsewhere).
 		{"squid answer too big", ConnectStatusError{StatusCode: 502, Status: "502 Bad Gateway", SquidError: "ERR_TOO_BIG 0"}, health.UpstreamError, health.StageHTTPStatus, true, false},
+		{"squid answer body too big", ConnectStatusError{StatusCode: 403, Status: "403 Forbidden", SquidError: "ERR_TOO_BIG 0"}, health.UpstreamError, health.StageHTTPStatus, true, false},
 		{"squid other 4xx", ConnectStatusError{StatusCode: 411, Status: "411 Length Required", SquidError: "ERR_INVALID_REQ 0"}, health.ClassNone, health.StageHTTPStatus, false, true},
 		{"squid 429", ConnectStatusError{StatusCode: 429, Status: "429 Too Many Requests", SquidError: "ERR_X 0"}, health.UpstreamError, health.StageHTTPStatus, true, false},
 		{"squid cache access denied", ConnectStatusError{StatusCode: 407, Status: "407 Proxy Authentication Required", SquidError: "ERR_CACHE_ACCESS_DENIED 0"}, health.AuthRejected, health.StageProxyAuth, true, false},
