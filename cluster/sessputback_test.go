@@ -133,3 +133,26 @@ func TestClusterSessionPutBackKeepsNewerBinding(t *testing.T) {
 		t.Errorf("s1 in redis is %q after the put-back, want the newer binding %q", got, newer)
 	}
 }
+
+// TestNoteSessionKeepsLaterMessage: a binding another instance published
+// is not undone by this instance's note of its own earlier write, taken
+// after the message arrived (the put-back would otherwise restore the
+// older binding).
+func TestNoteSessionKeepsLaterMessage(t *testing.T) {
+	c := &Cluster{known: map[string]sessKnown{}}
+	now := time.Now()
+	c.noteSession("s1", "socks5://new:1", now.Add(time.Minute+time.Second), true)
+	c.noteSession("s1", "socks5://old:1", now.Add(time.Minute), false)
+	if got := c.known["s1"].key; got != "socks5://new:1" {
+		t.Errorf("known s1 = %q after the earlier write's note, want the published one", got)
+	}
+	// A later write (a move) replaces it; so does any message.
+	c.noteSession("s1", "socks5://moved:1", now.Add(2*time.Minute), false)
+	if got := c.known["s1"].key; got != "socks5://moved:1" {
+		t.Errorf("known s1 = %q after a later write, want the move", got)
+	}
+	c.noteSession("s1", "socks5://msg:1", now.Add(time.Second), true)
+	if got := c.known["s1"].key; got != "socks5://msg:1" {
+		t.Errorf("known s1 = %q after a message, want it", got)
+	}
+}

@@ -215,7 +215,7 @@ func (c *Cluster) flushSessions() {
 	})
 	if err == nil {
 		for _, b := range batch {
-			c.noteSession(b.ID, b.Key, sent.Add(time.Duration(b.TTL)*time.Millisecond))
+			c.noteSession(b.ID, b.Key, sent.Add(time.Duration(b.TTL)*time.Millisecond), false)
 		}
 		return
 	}
@@ -240,21 +240,27 @@ func (c *Cluster) applySession(payload string) {
 		return
 	}
 	left := time.Duration(b.TTL) * time.Millisecond
-	c.noteSession(b.ID, b.Key, time.Now().Add(left))
+	c.noteSession(b.ID, b.Key, time.Now().Add(left), true)
 	if c.pool != nil {
 		c.pool.ApplySession(b.ID, b.Key, left, false)
 	}
 }
 
 // noteSession records that Redis holds session id bound to key until
-// until (a later note of id replaces it). The table is bounded like the
-// pool's: when it is full, expired entries are swept (at most once a
-// second), then an arbitrary one is dropped, which only costs that
-// session its put-back.
-func (c *Cluster) noteSession(id, key string, until time.Time) {
+// until. A published binding (ordered: messages arrive in Redis's order)
+// replaces what is known of id; a write's or a load's note (not ordered:
+// it may be taken after a message that follows it in Redis) replaces only
+// a note that expires sooner. The table is bounded like the pool's: when it is full, expired
+// entries are swept (at most once a second), then an arbitrary one is
+// dropped, which only costs that session its put-back.
+func (c *Cluster) noteSession(id, key string, until time.Time, ordered bool) {
 	c.knownMu.Lock()
 	defer c.knownMu.Unlock()
-	if _, ok := c.known[id]; !ok && len(c.known) >= maxLoadedSessions {
+	old, ok := c.known[id]
+	if ok && !ordered && !until.After(old.until) {
+		return
+	}
+	if !ok && len(c.known) >= maxLoadedSessions {
 		if now := time.Now(); now.Sub(c.knownSwept) >= time.Second {
 			c.knownSwept = now
 			for k, s := range c.known {
@@ -420,7 +426,7 @@ func (c *Cluster) loadSessions() {
 					continue // expired meanwhile
 				}
 				id := strings.TrimPrefix(k, c.sessPrefix)
-				c.noteSession(id, key, time.Now().Add(left))
+				c.noteSession(id, key, time.Now().Add(left), false)
 				c.pool.ApplySession(id, key, left, true)
 				loaded++
 			}
