@@ -117,13 +117,20 @@ func SessionID(user, id string) string {
 	return user + "-session-" + id
 }
 
-// Host returns the target host without port.
+// Host returns the target host without port, as per-target cooldowns and
+// bans key it: lower case, without a name's final dot ("H.Example." is
+// h.example, as /report stores it; the address sent upstream keeps the
+// dot).
 func (r Request) Host() string {
 	h, _, err := net.SplitHostPort(r.Addr)
 	if err != nil {
 		return r.Addr
 	}
-	return strings.ToLower(h)
+	h = strings.ToLower(h)
+	if len(h) > 1 && strings.IndexByte(h, ':') < 0 {
+		h = strings.TrimSuffix(h, ".")
+	}
+	return h
 }
 
 // Attempt records one try of one endpoint.
