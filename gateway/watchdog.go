@@ -25,7 +25,12 @@ import (
 //     only detected on plain-HTTP forwarding, where rotor parses responses;
 //   - an idle tunnel (tunnel_idle_timeout): no data either way;
 //   - a half-closed tunnel whose upstream side stays silent for
-//     halfCloseLinger after the client finished sending.
+//     halfCloseLinger after the client finished sending;
+//   - a side that is gone while no direction reads its socket: the kernel
+//     closed it (a reset, e.g. the answer to a keep-alive probe once the
+//     peer's socket is gone, or keep-alive giving up on a silent host).
+//     A pump reading the socket sees that itself, but after a half-close
+//     nothing reads the side that finished.
 //
 // Timers run only while the tunnel is open; no goroutine waits between
 // checks (time.AfterFunc).
@@ -34,8 +39,8 @@ type watchdog struct {
 	stall, idle time.Duration
 	tick        time.Duration
 	onStall     func(*health.Failure)
-	onIdle      func()
-	baseU       uint64 // upstream bytes when the tunnel started (handshake excluded)
+	onEnd       func(watchEnd) // the watchdog ends the tunnel (called once)
+	baseU       uint64         // upstream bytes when the tunnel started (handshake excluded)
 
 	// keepAlive is the upstream connection, whose TCP keep-alive the first
 	// check turns on (it was dialled without: see enableKeepAlive).
@@ -47,6 +52,13 @@ type watchdog struct {
 	reported   bool // one stall report per tunnel
 	clientDone bool // the client finished sending: linger applies
 	upDone     bool // the upstream side finished sending: linger applies
+}
+
+// watchEnd is why the watchdog ends a tunnel: gone names a side whose
+// socket the kernel closed (resetClient, resetUpstream); empty for a
+// silence (tunnel_idle_timeout, the half-close linger).
+type watchEnd struct {
+	gone string
 }
 
 // upstreamDone is halfClosed for the other direction: the client may go on
@@ -62,11 +74,12 @@ func (w *watchdog) upstreamDone() bool {
 	return true
 }
 
-// halfClosed tells the watchdog the client finished sending (or left): the
-// upstream side may go on answering, but once it has been silent for
-// halfCloseLinger the tunnel is closed, so a client that left without a
-// word cannot hold a tunnel, its fds and an upstream slot for ever. It
-// reports false when there is no watchdog to do it.
+// halfClosed tells the watchdog the client finished sending (a FIN: it
+// half-closed, or closed and left): the upstream side may go on answering,
+// but once it has been silent for halfCloseLinger the tunnel is closed, so a
+// client that left without a word cannot hold a tunnel, its fds and an
+// upstream slot for ever. It reports false when there is no watchdog to
+// do it.
 func (w *watchdog) halfClosed() bool {
 	if w == nil {
 		return false
@@ -86,6 +99,10 @@ type tcpStats struct {
 	// kernel is retransmitting on timeouts; lastSent then stamps those
 	// retransmissions, not new data.
 	rto bool
+	// closed: tcpi_state is TCP_CLOSE while rotor still holds the socket:
+	// the kernel ended the connection (a reset arrived, or keep-alive or
+	// retransmissions gave up). The peer is gone.
+	closed bool
 }
 
 // statsReader reads a socket's counters.
@@ -95,7 +112,7 @@ type statsReader interface {
 
 // startWatchdog returns nil when the sockets give no counters (not Linux,
 // not TCP).
-func startWatchdog(client, up net.Conn, stall, idle time.Duration, onStall func(*health.Failure), onIdle func()) *watchdog {
+func startWatchdog(client, up net.Conn, stall, idle time.Duration, onStall func(*health.Failure), onEnd func(watchEnd)) *watchdog {
 	cc, ok1 := counterOf(client)
 	uc, ok2 := counterOf(up)
 	if !ok1 || !ok2 {
@@ -119,8 +136,8 @@ func startWatchdog(client, up net.Conn, stall, idle time.Duration, onStall func(
 	if tick < 50*time.Millisecond {
 		tick = 50 * time.Millisecond
 	}
-	w := &watchdog{client: cc, up: uc, stall: stall, idle: idle, tick: tick, onStall: onStall, onIdle: onIdle, baseU: us.rxBytes,
-		keepAlive: up}
+	w := &watchdog{client: cc, up: uc, stall: stall, idle: idle, tick: tick, onStall: onStall, onEnd: onEnd,
+		baseU: us.rxBytes, keepAlive: up}
 	w.mu.Lock()
 	w.timer = time.AfterFunc(tick, w.check)
 	w.mu.Unlock()
@@ -159,9 +176,16 @@ func (w *watchdog) check() {
 	// counting as a stall.)
 	sent := waitingSince(cs, us)
 	stalled := w.stall > 0 && us.rxBytes != w.baseU && sent+stampSlack < uAgo && sent >= w.stall
-	idle := (w.idle > 0 && cAgo >= w.idle && uAgo >= w.idle) || (w.clientDone && uAgo >= halfCloseLinger()) ||
-		(w.upDone && cAgo >= halfCloseLinger())
-	if idle {
+	var end watchEnd
+	switch {
+	case cs.closed:
+		end.gone = resetClient
+	case us.closed:
+		end.gone = resetUpstream
+	}
+	ending := end.gone != "" || (w.idle > 0 && cAgo >= w.idle && uAgo >= w.idle) ||
+		(w.clientDone && uAgo >= halfCloseLinger()) || (w.upDone && cAgo >= halfCloseLinger())
+	if ending {
 		w.finished = true
 	} else if !stalled || !w.reported {
 		w.timer.Reset(w.tick)
@@ -177,8 +201,8 @@ func (w *watchdog) check() {
 	case stalled:
 		w.onStall(&health.Failure{Class: health.SlowBody, Stage: health.StageBody,
 			Err: errors.New("upstream side silent for slow_body.stall while the client waits")})
-	case idle:
-		w.onIdle()
+	case ending:
+		w.onEnd(end)
 	}
 }
 
@@ -223,6 +247,18 @@ func waitingSince(client, up tcpStats) time.Duration {
 // a request and its answer from the same jiffy look one jiffy apart, the
 // request later: an idle keep-alive would be reported as a stall.
 const stampSlack = 10 * time.Millisecond
+
+// socketGone reports whether the kernel closed the TCP socket under c
+// (tcpStats.closed): its peer reset it, or TCP gave up on it. False when
+// the socket cannot tell (off Linux, closed by rotor, not TCP).
+func socketGone(c net.Conn) bool {
+	sr, ok := counterOf(c)
+	if !ok {
+		return false
+	}
+	st, ok := sr.stats()
+	return ok && st.closed
+}
 
 // counterOf finds the TCP socket under c (through TLS and rotor's own
 // buffered wrappers).

@@ -64,7 +64,7 @@ func TestWatchdogStallDecision(t *testing.T) {
 			w := &watchdog{client: fakeStats(tc.client), up: fakeStats(tc.up), stall: stall, tick: time.Hour,
 				baseU: base, onStall: func(f *health.Failure) {
 					stalled = f.Class == health.SlowBody && f.Stage == health.StageBody
-				}, onIdle: func() { t.Error("idle") }}
+				}, onEnd: func(e watchEnd) { t.Errorf("ended: %+v", e) }}
 			w.timer = time.AfterFunc(time.Hour, func() {})
 			t.Cleanup(w.stop)
 			w.check()
@@ -73,6 +73,39 @@ func TestWatchdogStallDecision(t *testing.T) {
 			}
 			if got, ok := w.sinceSent(); !ok || got != tc.wantWaitedAt {
 				t.Errorf("sinceSent = %v, %v; want %v", got, ok, tc.wantWaitedAt)
+			}
+		})
+	}
+}
+
+// TestWatchdogEndDecision pins when the watchdog finds a side gone: its
+// socket was closed by the kernel (a reset answering keep-alive, or
+// keep-alive giving up) while no direction reads it.
+func TestWatchdogEndDecision(t *testing.T) {
+	quiet := tcpStats{lastRecv: time.Second, lastSent: time.Second}
+	cases := []struct {
+		name           string
+		client, up     tcpStats
+		clientDone, ud bool
+		want           watchEnd
+	}{
+		{name: "half-closed client gone (its socket reset while nothing read it)", clientDone: true,
+			client: tcpStats{lastRecv: 3 * time.Second, closed: true}, up: quiet, want: watchEnd{gone: resetClient}},
+		{name: "upstream side gone after the target finished", ud: true,
+			client: quiet, up: tcpStats{lastRecv: 3 * time.Second, closed: true}, want: watchEnd{gone: resetUpstream}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var got watchEnd
+			w := &watchdog{client: fakeStats(tc.client), up: fakeStats(tc.up),
+				tick: time.Hour, clientDone: tc.clientDone, upDone: tc.ud,
+				onStall: func(f *health.Failure) { t.Errorf("stall reported: %v", f) },
+				onEnd:   func(e watchEnd) { got = e }}
+			w.timer = time.AfterFunc(time.Hour, func() {})
+			t.Cleanup(w.stop)
+			w.check()
+			if got != tc.want {
+				t.Errorf("end = %+v, want %+v", got, tc.want)
 			}
 		})
 	}
