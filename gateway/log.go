@@ -2,9 +2,9 @@ package gateway
 
 // Log field vocabulary (STYLE rule 49), used by every line rotor writes:
 // conn_id, listener, client, user, target, upstream, attempt(s), class,
-// stage, from, to, until, dur, bytes_up, bytes_down, outcome, reset (how
-// a tunnel ended: relayResult.fields), and the error as zerolog's
-// .Err(err) writes it: "error" (errField).
+// stage, from, to, until, dur, bytes_up, bytes_down, outcome, reset, cut
+// and silent (how a tunnel ended: relayResult.fields), and the error as
+// zerolog's .Err(err) writes it: "error" (errField).
 // Passwords, Proxy-Authorization values and upstream userinfo are never
 // logged: upstreams appear by name, users by their base name.
 

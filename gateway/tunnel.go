@@ -31,6 +31,10 @@ type relayResult struct {
 	// had not finished sending (outcome client_gone). A client that
 	// resets after the whole answer came is not gone early.
 	ClientGone bool
+	// Cut is why the watchdog closed the tunnel (cutIdle, cutHalfClosed)
+	// after Silent without data from the side it waited for.
+	Cut    string
+	Silent time.Duration
 }
 
 // Sides of a tunnel, as relayResult.Reset and the log's "reset" name them.
@@ -39,11 +43,15 @@ const (
 	resetUpstream = "upstream" // the connection to the upstream (to the target itself for direct)
 )
 
-// fields adds how the tunnel ended to its summary line: "reset", the
-// side whose connection was reset.
+// fields adds how the tunnel ended to its summary line: "reset" (the
+// side whose connection was reset), "cut" and "silent" (ms) when the
+// watchdog closed it after a silence.
 func (r relayResult) fields(ev *zerolog.Event) *zerolog.Event {
 	if r.Reset != "" {
 		ev = ev.Str("reset", r.Reset)
+	}
+	if r.Cut != "" {
+		ev = ev.Str("cut", r.Cut).Dur("silent", r.Silent)
 	}
 	return ev
 }
@@ -81,8 +89,9 @@ func passReset(c net.Conn) {
 type closeWriter interface{ CloseWrite() error }
 
 // halfCloseLinger is how long the other direction may stay silent after
-// one side finished sending (half-close) before the tunnel is torn down.
-// Tests shorten it through setHalfCloseLinger.
+// one side finished sending (half-close) before the tunnel is torn down,
+// when tunnel_idle_timeout does not say (halfClosedSilence). Tests
+// shorten it through setHalfCloseLinger.
 func halfCloseLinger() time.Duration { return time.Duration(halfCloseLingerNs.Load()) }
 
 var halfCloseLingerNs = func() *atomic.Int64 { var v atomic.Int64; v.Store(int64(60 * time.Second)); return &v }()
@@ -115,19 +124,20 @@ func relay(client, up net.Conn, pending []byte, slow SlowBodyConfig, idle time.D
 	defer up.Close()
 	var res relayResult
 	// mu orders the first-byte deadline between the two directions and
-	// guards res's Reset and ClientGone and the fields below.
+	// guards res's Reset, ClientGone, Cut and Silent and the fields below.
 	var mu sync.Mutex
 	var closing bool  // rotor is closing the tunnel: later errors are its own
 	var downDone bool // the upstream side finished sending (its FIN)
 	// end closes the tunnel, once: for a reset on side when side is set
-	// (passed on to the other side).
-	end := func(side string) {
+	// (passed on to the other side), after a silence when e says so.
+	end := func(side string, e watchEnd) {
 		mu.Lock()
 		first := !closing
 		if first {
 			closing = true
 			res.Reset = side
 			res.ClientGone = side == resetClient && !downDone
+			res.Cut, res.Silent = e.cut, e.silent
 		}
 		mu.Unlock()
 		if !first {
@@ -148,10 +158,19 @@ func relay(client, up net.Conn, pending []byte, slow SlowBodyConfig, idle time.D
 		if !abortive(err) {
 			return false
 		}
-		end(resetSide(src, dst, srcSide, dstSide))
+		end(resetSide(src, dst, srcSide, dstSide), watchEnd{})
 		return true
 	}
-	wd := startWatchdog(client, up, slow.Stall, idle, report, func(e watchEnd) { end(e.gone) })
+	// lingerCut records that the absolute linger (no watchdog) ran out.
+	lingerCut := func() {
+		mu.Lock()
+		if !closing {
+			closing = true
+			res.Cut, res.Silent = cutHalfClosed, halfClosedSilence(idle)
+		}
+		mu.Unlock()
+	}
+	wd := startWatchdog(client, up, slow.Stall, idle, report, func(e watchEnd) { end(e.gone, e) })
 	defer wd.stop()
 	var wg sync.WaitGroup
 	var gotFirst atomic.Bool
@@ -234,6 +253,9 @@ func relay(client, up net.Conn, pending []byte, slow SlowBodyConfig, idle time.D
 		if failed(err, client, up, resetClient, resetUpstream) {
 			return
 		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			lingerCut() // set by the other direction once it finished
+		}
 		closeWrite(up)
 		_ = client.SetReadDeadline(time.Time{})
 		if !wd.halfClosed() {
@@ -241,7 +263,7 @@ func relay(client, up net.Conn, pending []byte, slow SlowBodyConfig, idle time.D
 			// answer by an absolute linger instead.
 			mu.Lock()
 			if gotFirst.Load() || sentAt.IsZero() {
-				_ = up.SetReadDeadline(time.Now().Add(halfCloseLinger()))
+				_ = up.SetReadDeadline(time.Now().Add(halfClosedSilence(idle)))
 			}
 			mu.Unlock()
 		}
@@ -284,18 +306,21 @@ func relay(client, up net.Conn, pending []byte, slow SlowBodyConfig, idle time.D
 	case errors.Is(err, os.ErrDeadlineExceeded) && !started.IsZero() && r == 0:
 		res.Failure = firstByteFailure()
 		// Tear down: the client asked and nothing is coming.
-		end("")
+		end("", watchEnd{})
 		err = nil
 	}
 	res.Down = down
 	if !failed(err, up, client, resetUpstream, resetClient) {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			lingerCut() // set by the other direction once it finished
+		}
 		mu.Lock()
 		downDone = !closing
 		mu.Unlock()
 		closeWrite(client)
 		// The client may still be sending; give it a bounded time to finish.
 		if !wd.upstreamDone() {
-			_ = client.SetReadDeadline(time.Now().Add(halfCloseLinger()))
+			_ = client.SetReadDeadline(time.Now().Add(halfClosedSilence(idle)))
 		}
 	}
 	wg.Wait()

@@ -160,7 +160,7 @@ const firstByteSlack = 10 * time.Millisecond
 
 // clientDone: the client finished sending. At its FIN (err nil: it
 // half-closed, or closed and left) the upstream side may go on answering;
-// the watchdog bounds its silence by the linger. Any other end (a
+// the watchdog bounds its silence (halfClosedSilence). Any other end (a
 // reset) ends the tunnel at once (reset).
 func (t *pumpedTunnel) clientDone(n int64, err error) {
 	t.mu.Lock()
@@ -178,7 +178,7 @@ func (t *pumpedTunnel) clientDone(n int64, err error) {
 }
 
 // upstreamDone: the upstream side finished sending; at its FIN the client
-// may go on sending for the linger; a reset ends the
+// may go on sending, within halfClosedSilence of silence; a reset ends the
 // tunnel at once.
 func (t *pumpedTunnel) upstreamDone(n int64, err error) {
 	t.mu.Lock()
@@ -201,7 +201,7 @@ func (t *pumpedTunnel) upstreamDone(n int64, err error) {
 // SO_LINGER 0, or with unread data), or TCP gave up on it (keep-alive).
 // Taken for a half-close, it would send a FIN on the other side, which
 // reads as a clean end, and hold the tunnel (two fds, a connection-limit
-// slot, the upstream's max_conns slot) for the half-close linger while the
+// slot, the upstream's max_conns slot) for the half-close bound while the
 // other side stays quiet. The other side's socket is closed with
 // SO_LINGER 0, so its peer sees the reset it would have seen from a
 // direct connection. Errors that follow rotor's own abort are not resets.
@@ -223,12 +223,17 @@ func (t *pumpedTunnel) reset(side string) {
 }
 
 // watchEnded is the watchdog's end of the tunnel: a side it found gone is
-// a reset; otherwise a silence (idle, the half-close linger).
+// a reset; a silence (idle, half-closed) is recorded for the summary line.
 func (t *pumpedTunnel) watchEnded(e watchEnd) {
 	if e.gone != "" {
 		t.reset(e.gone)
 		return
 	}
+	t.mu.Lock()
+	if !t.aborted {
+		t.res.Cut, t.res.Silent = e.cut, e.silent
+	}
+	t.mu.Unlock()
 	t.abort()
 }
 
