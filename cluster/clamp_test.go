@@ -119,3 +119,33 @@ func TestClusterWriteTimeBoundedByRedisClock(t *testing.T) {
 		t.Errorf("stored time %v, want %v as written (within the skew)", at, near)
 	}
 }
+
+// TestClusterOperatorTimeNotBounded: an operator action from a peer whose
+// clock is ahead keeps its time, so its history entry sorts where its
+// stamp orders it and the history's last entry is the state. Bug: its
+// time was bounded to Redis's and its stamp not, so a fast peer's disable
+// that won over a later enable was listed before that enable; the last
+// entry said "enabled" while the record was disabled, and no instance put
+// the record back after an empty Redis restart.
+func TestClusterOperatorTimeNotBounded(t *testing.T) {
+	rd := clustertest.Start(t)
+	const max, skew = time.Minute, 500 * time.Millisecond
+	fast, _ := newClampMember(t, rd, "fast", max, skew)
+	b, trB := newClampMember(t, rd, "b", max, skew)
+
+	ahead := time.Now().Add(time.Hour)
+	fast.Publish(health.RemoteState{Key: "k", State: health.Disabled, From: health.Eligible, Reason: health.Operator,
+		Stage: health.StageOperator, Detail: "disabled via admin API", At: ahead, OpAt: ahead})
+	waitUntil(t, 5*time.Second, "b applies the fast peer's disable", func() bool { return stateOf(trB) == health.Disabled })
+
+	b.Publish(health.RemoteState{Key: "k", State: health.ProbeAllowed, From: health.Disabled, Reason: health.Operator,
+		Stage: health.StageOperator, Detail: "enabled by operator", At: time.Now(), OpAt: time.Now()})
+	waitUntil(t, 5*time.Second, "b's enable written (and lost)", func() bool { return len(storedRecord(t, rd).Hist) >= 2 })
+	rec := storedRecord(t, rd)
+	if rec.State != "disabled" {
+		t.Fatalf("stored %s, want the fast peer's newer disable", rec.State)
+	}
+	if last := rec.Hist[len(rec.Hist)-1]; last.To != rec.State {
+		t.Errorf("history ends with %s → %s (%s), but the record is %s", last.From, last.To, last.Detail, rec.State)
+	}
+}

@@ -65,6 +65,16 @@ type Cluster struct {
 	// sessPending holds session bindings not yet written, latest per id.
 	sessPending map[string]sessBind
 
+	// knownMu guards known and knownSwept (the subscriber, the sync loop
+	// and session loads touch them, never the data path).
+	knownMu sync.Mutex
+	// known is what this instance knows Redis holds of the fleet's
+	// sessions: the last binding written or heard of per id, and when its
+	// key expires there. A new Redis generation gets them back from it.
+	known      map[string]sessKnown
+	knownSwept time.Time
+	putBackDue atomic.Bool // the known sessions are to be put back (a new Redis generation)
+
 	connected atomic.Bool
 	kick      chan struct{}
 	// dialErr is the last failed dial's error, nil after a dial that
@@ -157,6 +167,7 @@ func New(cfg Config, tr Tracker, log zerolog.Logger) (*Cluster, error) {
 		sessChannel: cfg.Prefix + ":sessions",
 		instTTL:     instanceTTL,
 		sessPending: map[string]sessBind{},
+		known:       map[string]sessKnown{},
 		kick:        make(chan struct{}, 1),
 		downEvery:   time.Minute,
 		pwFrom:      pwFrom,
@@ -530,6 +541,9 @@ func (c *Cluster) check() bool {
 		}
 		if lost {
 			c.log.Warn().Msg("redis lost the fleet's records (restarted empty?): putting back what this instance knows")
+			// The sessions too, in the background: a big table must not
+			// hold up the heartbeat and the records.
+			c.putBackDue.Store(true)
 		}
 		c.flush()
 		c.reconcile(lost)

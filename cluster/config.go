@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -147,22 +148,63 @@ func (c Config) Validate() error {
 const MaxDefaultDB = 15
 
 // checkRedisURL checks the redis key: a redis:// or rediss:// URL that
-// go-redis parses, with a database number that is not negative. (go-redis
-// also takes unix:// socket URLs, which the fleet does not document or
-// test.) Its error never carries the URL, so never a password in it.
+// go-redis parses, with a host:port that makes an address (go-redis joins
+// the URL's host and port without checking them: "h:6379:0" became the
+// address "[h:6379]:0", accepted by -check and failing at run time with a
+// lookup of the host "h:6379") and a database number that is not
+// negative. (go-redis also takes unix:// socket URLs, which the fleet does
+// not document or test.) Its error never carries the password: it names
+// the host:port only once sure that no part of the password was read as
+// it.
 func checkRedisURL(s string) error {
+	// A '/', '?' or '#' ends the URL's authority, so one in the password
+	// leaves what follows it, up to the '@', to be read as the host, the
+	// path or the query (which errors would then quote).
+	if _, rest, ok := strings.Cut(s, "://"); ok {
+		if i := strings.IndexAny(rest, "/?#"); i >= 0 && strings.Contains(rest[i:], "@") {
+			return keyErr("cluster.redis", "a '/', '?' or '#' in the password must be percent-encoded (%%2F, %%3F, %%23)")
+		}
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return keyErr("cluster.redis", "not a redis:// URL (%s)", urlProblem(err))
+	}
+	if u.Scheme != "redis" && u.Scheme != "rediss" {
+		return keyErr("cluster.redis", "must be a redis:// or rediss:// URL")
+	}
+	// u.Host is what follows the userinfo's '@': never the password.
+	if !strings.HasPrefix(u.Host, "[") && strings.Contains(u.Hostname(), ":") {
+		return keyErr("cluster.redis", "host:port %q does not parse: more than one ':' (an IPv6 address goes in brackets, e.g. [::1]:6379)", u.Host)
+	}
+	if p := u.Port(); p != "" { // digits only: url.Parse checked them
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return keyErr("cluster.redis", "port %s of %q is not 1-65535", p, u.Host)
+		}
+	}
 	opt, err := redis.ParseURL(s)
 	if err != nil {
 		return keyErr("cluster.redis", "not a redis:// URL (%s)", redactURLError(err))
-	}
-	// ParseURL parsed s with url.Parse already, so this cannot fail.
-	if u, err := url.Parse(s); err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") {
-		return keyErr("cluster.redis", "must be a redis:// or rediss:// URL")
 	}
 	if opt.DB < 0 {
 		return keyErr("cluster.redis", "database number %d must not be negative", opt.DB)
 	}
 	return nil
+}
+
+// urlProblem names what url.Parse found wrong. Its messages quote the
+// host or port they reject, never the userinfo (the '/', '?' and '#' a
+// password could carry into the host are caught before), apart from an
+// escape error, which may quote a "%xx" of the password.
+func urlProblem(err error) string {
+	var ue *url.Error
+	if !errors.As(err, &ue) {
+		return "invalid URL"
+	}
+	var ee url.EscapeError
+	if errors.As(ue.Err, &ee) {
+		return "a '%' starts no escape: percent-encode it as %25"
+	}
+	return ue.Err.Error()
 }
 
 // Warnings lists what is valid but likely wrong: a database number Redis

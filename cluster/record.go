@@ -191,11 +191,17 @@ local function merge(seed)
     -- Redis's time instead: a peer with a clock hours ahead won every
     -- ordering by time, so the others' later transitions (a probe that
     -- passed) lost to its older one until their clocks caught up.
-    -- Operator stamps (opat) are left as written: an automatic write
-    -- carries the newest one its instance knows, and bounding them would
-    -- let it pass a disable with the same bound stamp.
+    -- Operator actions keep their time, and every write its operator
+    -- stamp (opat), as written: an automatic write carries the newest
+    -- stamp its instance knows, and bounding them would let it pass a
+    -- disable with the same bound stamp; and an operator action's history
+    -- entry must sort where its stamp orders it (bounded, a fast peer's
+    -- disable was listed before the enable it won over, so the history's
+    -- last entry was not the state and no instance put the record back
+    -- after an empty Redis restart).
     local skew = tonumber(ARGV[3])
-    if skew then
+    local op = new.stage == 'operator' and (new.state == 'disabled' or new.state == 'probe_allowed')
+    if skew and not op then
       local clock = redis.call('TIME')
       local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
       if num(new.at) > now + skew then new.at = now end

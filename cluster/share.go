@@ -25,7 +25,10 @@ import (
 //     by the sync loop: SET "<prefix>:sess:<id>" PX ttl, and published on
 //     "<prefix>:sessions" so that every instance fills its local table.
 //     Lookups stay local. A starting or reconnecting instance loads the
-//     stored sessions it does not hold yet, in the background.
+//     stored sessions it does not hold yet, in the background. After a
+//     new Redis generation (restarted empty, flushed) every instance puts
+//     back the sessions it knows Redis held, with the TTL they had left,
+//     unless an instance bound them anew meanwhile (SET NX).
 
 // Pool is what the cluster needs from upstream.Pool for shared limits and
 // sessions.
@@ -48,8 +51,12 @@ const (
 	// and the next refresh, within ttl/4 of use, reports them again).
 	maxPendingSessions = 10_000
 	// maxLoadedSessions bounds the bulk load at start and reconnect (the
-	// pool holds at most 100,000 sessions anyway).
+	// pool holds at most 100,000 sessions anyway), and the sessions known
+	// for a put-back.
 	maxLoadedSessions = 100_000
+	// sessionBatch is how many session commands go in one pipeline (one
+	// round trip, one opTimeout).
+	sessionBatch = 1000
 )
 
 // sessBind is one session binding on its way to Redis and the fleet.
@@ -57,6 +64,13 @@ type sessBind struct {
 	ID  string `json:"id"`
 	Key string `json:"key"`
 	TTL int64  `json:"ttl"` // milliseconds
+}
+
+// sessKnown is a binding this instance knows Redis holds: written by it,
+// published by another instance, or loaded.
+type sessKnown struct {
+	key   string
+	until time.Time // when the key expires in Redis, as far as known
 }
 
 // SetPool links the cluster to the pool whose limits it divides and whose
@@ -190,6 +204,7 @@ func (c *Cluster) flushSessions() {
 	c.sessMu.Unlock()
 	ctx, cancel := context.WithTimeout(c.ctx, opTimeout)
 	defer cancel()
+	sent := time.Now() // the keys expire no sooner than their TTL from now
 	_, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, b := range batch {
 			msg, _ := json.Marshal(b)
@@ -199,6 +214,9 @@ func (c *Cluster) flushSessions() {
 		return nil
 	})
 	if err == nil {
+		for _, b := range batch {
+			c.noteSession(b.ID, b.Key, sent.Add(time.Duration(b.TTL)*time.Millisecond), false)
+		}
 		return
 	}
 	c.setDown(err)
@@ -221,9 +239,126 @@ func (c *Cluster) applySession(payload string) {
 		c.log.Warn().Err(err).Msg("fleet: undecodable session message ignored")
 		return
 	}
+	left := time.Duration(b.TTL) * time.Millisecond
+	c.noteSession(b.ID, b.Key, time.Now().Add(left), true)
 	if c.pool != nil {
-		c.pool.ApplySession(b.ID, b.Key, time.Duration(b.TTL)*time.Millisecond, false)
+		c.pool.ApplySession(b.ID, b.Key, left, false)
 	}
+}
+
+// noteSession records that Redis holds session id bound to key until
+// until. A published binding (ordered: messages arrive in Redis's order)
+// replaces what is known of id; a write's or a load's note (not ordered:
+// it may be taken after a message that follows it in Redis) replaces only
+// a note that expires sooner. The table is bounded like the pool's: when it is full, expired
+// entries are swept (at most once a second), then an arbitrary one is
+// dropped, which only costs that session its put-back.
+func (c *Cluster) noteSession(id, key string, until time.Time, ordered bool) {
+	c.knownMu.Lock()
+	defer c.knownMu.Unlock()
+	old, ok := c.known[id]
+	if ok && !ordered && !until.After(old.until) {
+		return
+	}
+	if !ok && len(c.known) >= maxLoadedSessions {
+		if now := time.Now(); now.Sub(c.knownSwept) >= time.Second {
+			c.knownSwept = now
+			for k, s := range c.known {
+				if !s.until.After(now) {
+					delete(c.known, k)
+				}
+			}
+		}
+		for k := range c.known {
+			if len(c.known) < maxLoadedSessions {
+				break
+			}
+			delete(c.known, k)
+		}
+	}
+	c.known[id] = sessKnown{key: key, until: until}
+}
+
+// putBackScript puts back one session binding (KEYS[1], value ARGV[1],
+// PX ARGV[2]) unless the key exists, that is unless an instance bound the
+// session in the new Redis already (its binding is newer, and was
+// published), and publishes ARGV[3] on KEYS[2] when it did, so that an
+// instance which started after the restart learns of it. Returns 1 when
+// it put the binding back.
+var putBackScript = redis.NewScript(`
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  redis.call('PUBLISH', KEYS[2], ARGV[3])
+  return 1
+end
+return 0
+`)
+
+// putBackSessions puts the sessions this instance knows Redis held back
+// into a Redis that lost them (a new generation), with the TTL each had
+// left, sessionBatch to a pipeline. Bindings queued for writing are left
+// to flushSessions (they are newer). It reports whether every batch went
+// through; a put-back that did not is done again at the next reconnect
+// (putBackScript leaves alone what the first one put back).
+func (c *Cluster) putBackSessions() bool {
+	now := time.Now()
+	var todo []sessBind
+	c.knownMu.Lock()
+	for id, s := range c.known {
+		left := s.until.Sub(now).Milliseconds()
+		if left <= 0 {
+			delete(c.known, id)
+			continue
+		}
+		todo = append(todo, sessBind{ID: id, Key: s.key, TTL: left})
+	}
+	c.knownMu.Unlock()
+	if len(todo) == 0 {
+		return true
+	}
+	c.sessMu.Lock()
+	kept := todo[:0]
+	for _, b := range todo {
+		if _, queued := c.sessPending[b.ID]; !queued {
+			kept = append(kept, b)
+		}
+	}
+	todo = kept
+	c.sessMu.Unlock()
+	put, ok := 0, true
+	for i := 0; i < len(todo) && ok && c.ctx.Err() == nil; i += sessionBatch {
+		n, err := c.putBackBatch(todo[i:min(i+sessionBatch, len(todo))])
+		put += n
+		ok = err == nil
+	}
+	c.log.Info().Int("sessions", put).Int("already_stored", len(todo)-put).Bool("complete", ok).
+		Msg("fleet: sessions put back into redis")
+	return ok
+}
+
+// putBackBatch runs putBackScript for each binding of batch in one
+// pipeline and returns how many it put back.
+func (c *Cluster) putBackBatch(batch []sessBind) (int, error) {
+	ctx, cancel := context.WithTimeout(c.ctx, opTimeout)
+	defer cancel()
+	if err := putBackScript.Load(ctx, c.rdb).Err(); err != nil {
+		return 0, err
+	}
+	cmds := make([]*redis.Cmd, len(batch))
+	_, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, b := range batch {
+			msg, _ := json.Marshal(b) // plain fields: cannot fail
+			cmds[i] = putBackScript.EvalSha(ctx, p, []string{c.sessPrefix + b.ID, c.sessChannel},
+				b.Key, b.TTL, string(msg))
+		}
+		return nil
+	})
+	n := 0
+	for _, cmd := range cmds {
+		if v, _ := cmd.Int(); v == 1 {
+			n++
+		}
+	}
+	return n, err
 }
 
 // loadSessionsAsync asks for a background load of the sessions stored in
@@ -243,6 +378,11 @@ func (c *Cluster) loadSessionsAsync() {
 		defer c.wg.Done()
 		for {
 			for c.loadAgain.Swap(false) && c.ctx.Err() == nil {
+				// A put-back first: the load then finds the fleet's
+				// sessions whichever instance put them back.
+				if c.putBackDue.Swap(false) && !c.putBackSessions() {
+					c.putBackDue.Store(true)
+				}
 				c.loadSessions()
 			}
 			c.loading.Store(false)
@@ -285,7 +425,9 @@ func (c *Cluster) loadSessions() {
 				if gerr != nil || terr != nil || left <= 0 {
 					continue // expired meanwhile
 				}
-				c.pool.ApplySession(strings.TrimPrefix(k, c.sessPrefix), key, left, true)
+				id := strings.TrimPrefix(k, c.sessPrefix)
+				c.noteSession(id, key, time.Now().Add(left), false)
+				c.pool.ApplySession(id, key, left, true)
 				loaded++
 			}
 		}

@@ -607,6 +607,9 @@ type upstreamJSON struct {
 	Probing         bool              `json:"probing"`
 	SlowStart       bool              `json:"slow_start"`
 	Probes          probesJSON        `json:"probes"`
+	// LatencyMS is the smoothed tunnel set-up time lowest-latency picks
+	// by, in milliseconds; left out until measured.
+	LatencyMS *float64 `json:"latency_ms,omitempty"`
 }
 
 type transitionJSON struct {
@@ -656,6 +659,10 @@ func (s *Server) record(e *upstream.Endpoint) upstreamJSON {
 		Probing:         snap.Probing,
 		SlowStart:       snap.SlowStart,
 		Probes:          probesJSON{OK: snap.ProbesOK, Failed: snap.ProbesFailed, Last: timePtr(snap.LastProbe)},
+	}
+	if d := e.Latency(); d > 0 {
+		ms := float64(d.Microseconds()) / 1000
+		j.LatencyMS = &ms
 	}
 	for c, n := range snap.Failures {
 		j.Failures[c.String()] = n

@@ -6,10 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"os"
-	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 )
 
@@ -205,18 +202,7 @@ func TestConfigErrorLinesDeterministic(t *testing.T) {
 // problem as its own line with FILE:LINE, never one string holding
 // newlines (bug: [probe] problems came as one errors.Join message).
 func TestReloadErrorsLoggedOneEach(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "rotor.toml")
-	head := "[listen]\nsocks5 = \"127.0.0.1:0\"\nhttp = \"\"\nadmin = \"\"\n[[upstream]]\nurl = \"direct://\"\n"
-	if err := os.WriteFile(path, []byte(head), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	_, logs, hup := watchedFile(t, path, true)
-	if err := os.WriteFile(path, []byte(head+"[probe]\nexpect_status = [700]\ntimeout = \"-1s\"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	hup <- syscall.SIGHUP
-	eventuallyTrue(t, "the rejected reload logged", func() bool { return strings.Contains(logs.String(), "reload rejected") })
+	path, logs := rejectReload(t, "[probe]\nexpect_status = [700]\ntimeout = \"-1s\"\n")
 	var got []string
 	for _, l := range strings.Split(logs.String(), "\n") {
 		var ev struct {

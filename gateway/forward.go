@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/textproto"
 	"net/url"
 	"slices"
@@ -180,6 +181,7 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 		return
 	}
 	ctx := r.Context()
+	iw, _ := w.(interimWriter)
 
 	// Make the body replayable when it is small enough to buffer.
 	var buffered []byte
@@ -212,9 +214,9 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 	var out *http.Request
 	var target string // out's request target as the client sent it
 	if leanForwardable(r, big != nil) {
-		x = &fwdExchange{r: r, head: rawHead(w), addr: addr, body: buffered, firstByte: cfg.SlowBody.FirstByte}
+		x = &fwdExchange{r: r, head: rawHead(w), addr: addr, body: buffered, firstByte: cfg.SlowBody.FirstByte, interim: iw}
 	} else {
-		out = r.Clone(ctx) // deep-copies the header too
+		out = r.Clone(interimTrace(ctx, iw)) // deep-copies the header too
 		out.RequestURI = ""
 		removeHop(out.Header)
 		if _, ok := out.Header["User-Agent"]; !ok {
@@ -236,10 +238,15 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 		case buffered != nil:
 			out.Body = io.NopCloser(bytes.NewReader(buffered))
 			out.ContentLength = int64(len(buffered))
+			// With GetBody the Transport sends the request again on
+			// another connection when a kept-alive one failed before any
+			// byte of it was written (its nothingWrittenError), whatever
+			// the method; without it, it gave up.
+			out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(buffered)), nil }
 		case big != nil:
-			out.Body = big
+			out.Body, out.GetBody = big, nil
 		default:
-			out.Body = nil
+			out.Body, out.GetBody = nil, nil
 		}
 	}
 
@@ -262,8 +269,19 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 		}
 		cf := explain(err)
 		var bad *badAnswerError
-		if errors.As(err, &bad) {
+		var ce *upstream.ConnectStatusError
+		var cu *closedUnansweredError
+		switch {
+		case errors.As(err, &cu):
+			cf = clientFailure{Status: http.StatusBadGateway, Header: "upstream_closed; upstream=" + cu.upstream, Reason: cu.Error()}
+		case errors.As(err, &bad):
 			cf.Reason = bad.reason + " (behind upstream " + lastUpstream(err) + ")"
+		case errors.As(err, &ce) && ce.Plain && !errors.Is(err, upstream.ErrRequestRejected):
+			// The last upstream's own answer: say what it was (squid's
+			// 502 ERR_TOO_BIG, 503 ERR_SHUTTING_DOWN), which a class and
+			// stage alone do not (a rejected request names it already).
+			// Its text is bounded and scrubbed (PlainStatusError).
+			cf.Reason += ": " + ce.Error()
 		}
 		plainError(w, cf.Status, cf.Header, cf.Reason)
 		s.logForward(id, r, params.User, nil, att, err, 0, start)
@@ -278,9 +296,10 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 		if x != nil {
 			resp, err = s.fwdClient(e).roundTrip(ctx, x)
 		} else {
-			setBody()
-			setRawTarget(out, target, e.AbsoluteForm())
-			resp, err = s.transport(e, cfg).RoundTrip(out)
+			resp, err = s.roundTripTransport(e, cfg, out, func() {
+				setBody()
+				setRawTarget(out, target, e.AbsoluteForm())
+			}, big)
 		}
 		if err == nil && resp.StatusCode < http.StatusOK {
 			// rotor strips Upgrade from requests and both clients skip
@@ -314,6 +333,12 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 				s.logForward(id, r, params.User, e, att, ce, 0, start)
 				return
 			}
+			if errors.As(err, new(*closedUnansweredError)) {
+				// Nobody's failure, and not sent again (see the type).
+				att.Neutral(e)
+				fail(err)
+				return
+			}
 			err = directSlowIsTarget(e, classifyForwardErr(err, host))
 		}
 		if err == nil {
@@ -339,7 +364,7 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 		if slices.Contains(cfg.TargetHTTPError.Statuses, resp.StatusCode) {
 			att.Answered(e)
 			s.pool.Report(e, &health.Failure{Class: health.TargetHTTPError, Stage: health.StageHTTPStatus, Target: host,
-				Err: errors.New("target answered " + resp.Status)})
+				Err: errors.New("target answered " + upstream.PeerText(resp.Status))})
 		} else {
 			att.Succeeded(e)
 		}
@@ -358,6 +383,39 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 		s.logForward(id, r, params.User, e, att, berr, n, start)
 		return
 	}
+}
+
+// interimWriter is a ResponseWriter that sends a target's informational
+// (1xx) answers ahead of the final one (h1Writer.interim).
+type interimWriter interface{ interim(code int, h http.Header) }
+
+// interimTrace returns ctx with a ClientTrace that relays the target's
+// informational answers to iw as the Transport reads past them (ctx as it
+// is for a nil iw). The lean client relays them itself (fwdExchange).
+// Given the hook, the Transport stops counting interim heads against
+// MaxResponseHeaderBytes (it leaves that to whoever reads them): they are
+// bounded here as the lean client bounds them, all of them within
+// fwdMaxResponseHead, so a target sending endless 102s gets a 502.
+func interimTrace(ctx context.Context, iw interimWriter) context.Context {
+	if iw == nil {
+		return ctx
+	}
+	size := 0 // the interim heads' bytes so far, near enough
+	return httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
+			size += len("HTTP/1.1 102 Processing\r\n\r\n")
+			for k, vv := range h {
+				for _, v := range vv {
+					size += len(k) + len(": \r\n") + len(v)
+				}
+			}
+			if size > fwdMaxResponseHead {
+				return errRespHeadTooLarge
+			}
+			iw.interim(code, http.Header(h))
+			return nil // a client gone shows at the final answer's writes
+		},
+	})
 }
 
 // stripFragment removes a fragment from r's target: it is the client's
@@ -483,11 +541,10 @@ var (
 // refused, cut to a line's worth). It must not read as unreachable: the
 // target was reached, and answered nonsense.
 func invalidAnswer(cause error) *badAnswerError {
-	detail := cause.Error()
-	if len(detail) > 160 {
-		detail = detail[:160] + "..."
-	}
-	return &badAnswerError{"the target sent an invalid HTTP response: " + detail}
+	// net/http quotes what it could not parse: a header line an upstream
+	// echoed ("Proxy-Authorization Basic …") would reach the client's 502
+	// and the log. PeerText hides credentials and bounds the text.
+	return &badAnswerError{"the target sent an invalid HTTP response: " + upstream.PeerText(cause.Error())}
 }
 
 // parseError reports whether err, from http.ReadResponse on bytes that
@@ -530,6 +587,10 @@ var transportInvalidAnswer = []string{
 // TestForwardInvalidResponse fail if a Go upgrade changes it. Other
 // errors are returned as they are.
 func transportAnswerError(err error) error {
+	var bad *badAnswerError
+	if errors.As(err, &bad) { // interimTrace's
+		return bad
+	}
 	if strings.HasSuffix(err.Error(), transportHeadTooLarge) {
 		return errRespHeadTooLarge
 	}
@@ -587,7 +648,8 @@ func directSlowIsTarget(e *upstream.Endpoint, err error) error {
 // one that does not parse, an unsolicited 101), are blamed on the target
 // (a healthy proxy relays a target that hangs up or misbehaves as exactly
 // that), so they do not cool the upstream on their own. Errors reading the
-// client's body never get here (clientBodyError).
+// client's body never get here (clientBodyError), nor a kept-alive
+// connection that closed unanswered (closedUnansweredError).
 func classifyForwardErr(err error, host string) error {
 	var f *health.Failure
 	if errors.As(err, &f) {
@@ -722,9 +784,11 @@ func rotorHeader(k string) bool {
 // classifyProxyResponse recognises answers that come from an http or https
 // upstream proxy itself rather than from the target (../shared/UPSTREAM-SIGNALS.md):
 // 407 (and tinyproxy's 401) mean the proxy rejected rotor's credentials;
-// squid marks its own errors with X-Squid-Error; tinyproxy answers an
-// unreachable target with "500 Unable to connect". Responses from the target
-// return nil.
+// squid marks its own errors with X-Squid-Error, on error statuses only
+// (a 2xx or 3xx carrying it is the target's: a site can send any header,
+// and squid's deny_info redirect is an answer to relay); tinyproxy answers
+// an unreachable target with "500 Unable to connect". Responses from the
+// target return nil.
 func classifyProxyResponse(e *upstream.Endpoint, resp *http.Response) *health.Failure {
 	if !e.AbsoluteForm() {
 		return nil
@@ -740,7 +804,7 @@ func classifyProxyResponse(e *upstream.Endpoint, resp *http.Response) *health.Fa
 		// target-failure rule cools it whole when it happens at hosts
 		// other upstreams reach. Any website could otherwise take every
 		// http upstream out of the pool, one answer each.
-		f := &health.Failure{Class: c, Stage: st, Err: &upstream.ConnectStatusError{StatusCode: resp.StatusCode, Status: resp.Status, SquidError: squid, Plain: true}}
+		f := &health.Failure{Class: c, Stage: st, Err: e.PlainStatusError(resp.StatusCode, resp.Status, squid)}
 		if !c.IsTargetFailure() {
 			f.Scope = health.ScopeTarget
 		}
@@ -751,7 +815,7 @@ func classifyProxyResponse(e *upstream.Endpoint, resp *http.Response) *health.Fa
 		return fail(health.AuthRejected, health.StageProxyAuth)
 	case resp.StatusCode == http.StatusUnauthorized && strings.HasPrefix(server, "tinyproxy"):
 		return fail(health.AuthRejected, health.StageProxyAuth)
-	case squid != "":
+	case squid != "" && resp.StatusCode >= http.StatusBadRequest:
 		switch {
 		case strings.HasPrefix(squid, "ERR_CONNECT_FAIL 110"), strings.HasPrefix(squid, "ERR_READ_TIMEOUT"):
 			return fail(health.TargetTimeout, health.StageTargetConnect)

@@ -121,6 +121,7 @@ type fwdExchange struct {
 	addr      string        // target host:port
 	body      []byte        // buffered request body; nil for none
 	firstByte time.Duration // slow_body.first_byte; <= 0 none
+	interim   interimWriter // gets the target's 1xx answers; nil: dropped
 }
 
 // roundTrip sends x and returns the answer, whose body must be read to
@@ -221,7 +222,11 @@ func (fc *fwdClient) exchange(ctx context.Context, pc *fwdConn, x *fwdExchange) 
 			// rotor sends no Upgrade: what follows is not HTTP any more.
 			return nil, false, errSwitchingProtocols
 		case resp.StatusCode < 200:
-			continue // an interim answer (100, 102, 103): the final one follows
+			// An interim answer (100, 102, 103): the final one follows.
+			if x.interim != nil {
+				x.interim.interim(resp.StatusCode, resp.Header)
+			}
+			continue
 		}
 		break
 	}

@@ -114,6 +114,18 @@ func directGateway(t *testing.T) *Server {
 	return srv
 }
 
+// patientGateway is directGateway with a 10 s handshake timeout, for
+// tests whose request head takes long to send (byte by byte, 100 KB of
+// fields): under -race on a loaded machine 300 ms was too short (they
+// got a 408).
+func patientGateway(t *testing.T) *Server {
+	t.Helper()
+	srv, _ := startGateway(t, "allow_private_destinations = true\n"+
+		"[listen]\nsocks5 = \"127.0.0.1:0\"\nhttp = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\nhandshake_timeout = \"10s\"\n"+
+		"[pool]\nstart_eligible = true\n[[upstream]]\nurl = \"direct://\"\nname = \"up\"\n")
+	return srv
+}
+
 // keepAliveClient is an HTTP client using front as its proxy over one
 // kept-alive connection.
 func keepAliveClient(t *testing.T, front string) *http.Client {
@@ -310,8 +322,7 @@ func TestForwardLeanRequestHead(t *testing.T) {
 // TestForwardLeanClientGoneIsNeutral: a client that leaves while the
 // target has not answered ends the upstream exchange (the connection is
 // closed, not left waiting for first_byte) without blaming the upstream.
-// It leaves with a reset: a FIN after a complete request is a half-close,
-// whose client still gets its answer (TestH1HalfClosedClientGetsItsAnswer).
+// It leaves with a reset (a FIN counts too: TestH1HalfClosedClientHasLeft).
 func TestForwardLeanClientGoneIsNeutral(t *testing.T) {
 	closed := make(chan struct{})
 	rt := newRawTarget(t, func(c net.Conn, br *bufio.Reader, rt *rawTarget) {
@@ -685,10 +696,11 @@ func TestForwardClientGoneAtLastFlush(t *testing.T) {
 		}
 		_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nfirst\r\n")
 		<-left
-		// The client closed (a FIN: the watch takes it for a half-close):
-		// rotor's next write is taken by the kernel and answered with a
-		// reset, the one after it fails, and is the last before the end,
-		// which comes in a read of its own.
+		// The client closed (a FIN, which the client watch also takes
+		// for gone at its next check, whichever comes first): rotor's
+		// next write is taken by the kernel and answered with a reset,
+		// the one after it fails, and is the last before the end, which
+		// comes in a read of its own.
 		for _, chunk := range []string{"6\r\nsecond\r\n", "5\r\nthird\r\n", "0\r\n\r\n"} {
 			time.Sleep(200 * time.Millisecond)
 			_, _ = io.WriteString(c, chunk)
@@ -770,11 +782,7 @@ func TestForwardIdleConnUnsolicitedBytes(t *testing.T) {
 // others got 400).
 func TestForwardStrayPercentInPieces(t *testing.T) {
 	rt := newRawTarget(t, serveAnswers(false, "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\n"))
-	// Byte by byte is 40 writes 5 ms apart: far more than directGateway's
-	// 300 ms handshake timeout allows on a loaded machine (it flaked).
-	srv, _ := startGateway(t, "allow_private_destinations = true\n"+
-		"[listen]\nsocks5 = \"127.0.0.1:0\"\nhttp = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\nhandshake_timeout = \"10s\"\n"+
-		"[pool]\nstart_eligible = true\n[[upstream]]\nurl = \"direct://\"\nname = \"up\"\n")
+	srv := patientGateway(t) // byte by byte is 40 writes 5 ms apart
 	req := fmt.Sprintf("GET http://%s/50%%-off HTTP/1.1\r\nHost: %s\r\n\r\n", rt.Addr(), rt.Addr())
 	for _, tc := range []struct {
 		name   string

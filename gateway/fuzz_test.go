@@ -236,7 +236,8 @@ func FuzzHTTPFront(f *testing.F) {
 		}
 		got := ff.feed(t, srv, "http", data)
 		// A SOCKS5 client (first byte 5, after up to 4 empty lines, as
-		// serve skips them) is answered in SOCKS5, a TLS client (0x16)
+		// serve skips them) is answered in SOCKS5, a SOCKS4 one (4) in
+		// SOCKS4, a TLS client (0x16)
 		// closed without an answer; every other answer is HTTP.
 		lead := data
 		for i := 0; i < 4 && len(lead) > 0 && (lead[0] == '\r' || lead[0] == '\n'); i++ {
@@ -246,6 +247,10 @@ func FuzzHTTPFront(f *testing.F) {
 		case len(lead) > 0 && lead[0] == socks5Version:
 			if len(got) > 0 && !bytes.Equal(got, []byte{5, 0xFF}) {
 				t.Errorf("SOCKS5 greeting answered %q, want 05 FF", got)
+			}
+		case len(lead) > 0 && lead[0] == socks4Version:
+			if len(got) > 0 && !bytes.Equal(got, []byte{0, 91, 0, 0, 0, 0, 0, 0}) {
+				t.Errorf("SOCKS4 request answered %q, want a SOCKS4 reject", got)
 			}
 		case len(lead) > 0 && lead[0] == tlsHandshakeRecord:
 			if len(got) > 0 {

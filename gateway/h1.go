@@ -32,10 +32,8 @@ import (
 // context, as with net/http, so the upstream exchange ends at once and is
 // not blamed: instead of a read kept pending on every request, a timer
 // peeks at the socket every h1ClientCheck while a request runs longer.
-// An EOF there after a complete request is a half-close, which a client
-// may do and still read the answer (RFC 9112 section 9.6): the request is
-// served, then the connection closes. Only a reset, or an EOF while the
-// request body is still due, means the client left.
+// A reset there, or an EOF (the client closed, or ended its sending
+// side), means the client left (checkClient).
 // A client that takes nothing of its answer for h1SendIdle left too
 // (sendLimit): it is not waited on for ever.
 
@@ -109,18 +107,26 @@ type h1Conn struct {
 	hijacked   bool
 	badFraming bool  // the request's framing is suspect: close after its answer (serve)
 	headAt     int64 // lr.total at the running request's first byte
-	// halfClosed: the client ended its sending side after a complete
-	// request (checkClient saw EOF); the connection closes after the answer.
-	halfClosed atomic.Bool
+	// left: the client left while a request ran (checkClient cancelled
+	// it); nothing more is written to it, and the connection closes.
+	left atomic.Bool
 	// answered: the running request's answer began (its head is in bw)
 	// or the connection was hijacked. The drain's cut closes such a
 	// connection at once, and lets the others answer first (h1Front.cut).
 	answered atomic.Bool
 
+	// imu serialises the writes to bw that may run off the handler's
+	// goroutine while it waits for the target's answer in the Transport:
+	// a target's 1xx relayed from its read loop (h1Writer.interim) and
+	// 100 Continue from its write loop (h1Body.Read).
+	imu sync.Mutex
+
 	wmu    sync.Mutex              // guards the fields below (the client watch)
 	cancel context.CancelCauseFunc // the running request's; nil between requests
-	body   *h1Body                 // the running request's body
-	watch  *time.Timer             // runs checkClient while a request is served
+	// tunnelBytes: the running request is a CONNECT whose client sent
+	// bytes for its tunnel after it (checkClient).
+	tunnelBytes bool
+	watch       *time.Timer // runs checkClient while a request is served
 }
 
 // peerState is what a peek at the client's socket found (peekClient).
@@ -128,7 +134,7 @@ type peerState int
 
 const (
 	peerOpen peerState = iota // bytes queued, or nothing yet
-	peerEOF                   // the client ended its sending side (half-closed, or closed)
+	peerEOF                   // the client ended its sending side (closed, or half-closed)
 	peerGone                  // reset, or another error
 )
 
@@ -455,7 +461,7 @@ func (hc *h1Conn) serve() {
 		}
 		// A connection's first byte tells a SOCKS5 or TLS client, which
 		// would otherwise wait out the head's deadline for a 408.
-		if b, err := hc.br.Peek(1); first && err == nil && (b[0] == socks5Version || b[0] == tlsHandshakeRecord) {
+		if b, err := hc.br.Peek(1); first && err == nil && (b[0] == socks5Version || b[0] == socks4Version || b[0] == tlsHandshakeRecord) {
 			hc.refuseOtherProtocol(b[0])
 			return
 		}
@@ -481,11 +487,24 @@ func (hc *h1Conn) serve() {
 		// http.ReadRequest drops Content-Length when Transfer-Encoding is
 		// chunked, and Transfer-Encoding from an HTTP/1.0 request: the
 		// head as it came (headScan) says whether the client sent both,
-		// or a Transfer-Encoding to be ignored. Either framing is suspect
-		// (a request smuggling attempt, RFC 9112 section 11.2), and the
-		// connection MUST close after the answer (section 6.1, 6.3).
-		http10 := !req.ProtoAtLeast(1, 1)
-		hc.badFraming = hc.scan.te && (hc.scan.cl || http10)
+		// or a Transfer-Encoding it ignored. An HTTP/1.0 request with one
+		// MUST be treated as faulty framing (RFC 9112 section 6.1): its
+		// chunked body went on as an empty one (or by a Content-Length the
+		// field contradicts), and the client got the target's answer to a
+		// request the target never saw whole. It is refused with a 400,
+		// what section 6.3 gives a faulty framing, rather than decoded as
+		// squid does: no HTTP/1.0 recipient can be relied on to read it
+		// so (the fix for an old client is HTTP/1.1). Both fields in an
+		// HTTP/1.1 request are suspect too (a request smuggling attempt,
+		// section 11.2): served by Transfer-Encoding, and the connection
+		// MUST close after the answer (section 6.3).
+		if hc.scan.te && req.ProtoMajor == 1 && req.ProtoMinor == 0 {
+			hc.plain(http.StatusBadRequest, "bad_request",
+				"Transfer-Encoding in an HTTP/1.0 request (RFC 9112 section 6.1): send it as HTTP/1.1, or with a Content-Length alone")
+			hc.lingerClose()
+			return
+		}
+		hc.badFraming = hc.scan.te && hc.scan.cl
 		if hc.badFraming {
 			req.Close = true
 		}
@@ -550,12 +569,15 @@ func (hc *h1Conn) serveRequest(req *http.Request) bool {
 	if hc.hijacked {
 		return false // the tunnel counts its bytes
 	}
-	w.finish()
+	left := hc.left.Load() // stable: the watch is stopped
+	if !left {
+		w.finish() // for a client that left, nothing: squid's abort sends none either
+	}
 	// A forwarded request's bytes as they crossed the client's socket,
 	// heads included, as a tunnel's are counted: what it took of the
 	// client's bytes (not what a read took ahead of it) and what it sent.
 	hc.s.metrics.bytes(hc.lr.total.Load()-body.buffered.Load()-hc.headAt, hc.sl.total-sent)
-	if w.err != nil || w.reset {
+	if left || w.err != nil || w.reset {
 		return false
 	}
 	if !body.eof.Load() || hc.badFraming {
@@ -566,22 +588,23 @@ func (hc *h1Conn) serveRequest(req *http.Request) bool {
 		hc.lingerClose()
 		return false
 	}
-	return !w.closeAfter && !hc.halfClosed.Load()
+	return !w.closeAfter
 }
 
 // handle runs the proxy handler with the client watched.
 func (hc *h1Conn) handle(w *h1Writer, req *http.Request, body *h1Body, cancel context.CancelCauseFunc) {
-	hc.startWatch(body, cancel)
+	hc.startWatch(cancel, req.Method == http.MethodConnect && body.buffered.Load() > 0)
 	defer hc.stopWatch()
 	hc.s.h1.handler.ServeHTTP(w, req)
 }
 
-// startWatch arms the client check for the request cancel belongs to.
-func (hc *h1Conn) startWatch(body *h1Body, cancel context.CancelCauseFunc) {
+// startWatch arms the client check for the request cancel belongs to;
+// tunnelBytes says it is a CONNECT followed by bytes for its tunnel.
+func (hc *h1Conn) startWatch(cancel context.CancelCauseFunc, tunnelBytes bool) {
 	hc.wmu.Lock()
 	defer hc.wmu.Unlock()
 	hc.cancel = cancel
-	hc.body = body
+	hc.tunnelBytes = tunnelBytes
 	if hc.watch == nil {
 		hc.watch = time.AfterFunc(h1ClientCheck, hc.checkClient)
 	} else {
@@ -594,16 +617,21 @@ func (hc *h1Conn) stopWatch() {
 	hc.wmu.Lock()
 	defer hc.wmu.Unlock()
 	hc.cancel = nil
-	hc.body = nil
 	hc.watch.Stop()
 }
 
 // checkClient cancels the running request when its client has left: it
-// reset the connection, or ended its sending side while the request body
-// is still due. An EOF after a complete request is a half-close (RFC 9112
-// section 9.6): the request goes on, and the connection closes after its
-// answer; the socket has nothing more to tell until rotor writes, so the
-// checks end. Otherwise it checks again later.
+// reset the connection, or ended its sending side (EOF, with nothing
+// queued before it). That is how clients close when they give up on a
+// request (requests, aiohttp, httpx, curl -m), and TCP cannot tell it from
+// a half-close after which a client would still read (RFC 9112 section
+// 9.6): like squid by default (half_closed_clients off) and the SOCKS5
+// front, rotor takes it for the client gone, during the wait for an
+// upstream, the dial, the exchange and the answer alike; the answer is
+// not written, and requests pipelined behind it are not served. One
+// exception, as on the SOCKS5 front: a CONNECT whose client sent bytes for
+// its tunnel with it has sent what the tunnel needs, and its half-close
+// goes through the tunnel. Otherwise it checks again later.
 func (hc *h1Conn) checkClient() {
 	hc.wmu.Lock()
 	defer hc.wmu.Unlock()
@@ -612,23 +640,24 @@ func (hc *h1Conn) checkClient() {
 	}
 	switch peekClient(hc.c) {
 	case peerGone:
-		hc.cancel(nil)
-		hc.cancel = nil
+		hc.leave()
 		return
 	case peerEOF:
-		if hc.body.due() {
-			hc.cancel(nil)
-			hc.cancel = nil
+		if !hc.tunnelBytes {
+			hc.leave()
 			return
 		}
-		if hc.body.eof.Load() {
-			hc.halfClosed.Store(true)
-			return
-		}
-		// The rest of the body may be in the buffer: its reader decides
-		// (an early end is the client's, clientBodyError).
 	}
 	hc.watch.Reset(h1ClientCheck)
+}
+
+// leave cancels the running request of a client that left (checkClient;
+// wmu held): the exchange ends wherever it is, is logged client_gone and
+// blames no upstream, and the connection closes without an answer.
+func (hc *h1Conn) leave() {
+	hc.left.Store(true)
+	hc.cancel(nil)
+	hc.cancel = nil
 }
 
 // lingerClose ends a connection whose client may still be sending (an
@@ -646,8 +675,7 @@ func (hc *h1Conn) lingerClose() {
 
 // h1Body records whether the handler read the request body to its end,
 // and sends "100 Continue" before the first read when the client asked.
-// It may be read on another goroutine (the Transport's) while
-// checkClient looks at eof and buffered.
+// It may be read on another goroutine (the Transport's).
 type h1Body struct {
 	r        io.ReadCloser
 	br       *bufio.Reader // the connection's, under r
@@ -657,18 +685,11 @@ type h1Body struct {
 	n        atomic.Int64 // body bytes read (the request line's bytes_up)
 }
 
-// due reports whether the body needs bytes from the socket: not read to
-// its end, and nothing of it left in the connection's buffer.
-func (b *h1Body) due() bool { return !b.eof.Load() && b.buffered.Load() == 0 }
-
 func (b *h1Body) Read(p []byte) (int, error) {
 	if w := b.w; w != nil {
 		b.w = nil
-		if !w.wroteHeader {
-			_, _ = w.hc.bw.WriteString("HTTP/1.1 100 Continue\r\n\r\n")
-			if err := w.hc.bw.Flush(); err != nil {
-				return 0, err
-			}
+		if err := w.sendContinue(); err != nil {
+			return 0, err
 		}
 	}
 	n, err := b.r.Read(p)
@@ -681,6 +702,47 @@ func (b *h1Body) Read(p []byte) (int, error) {
 }
 
 func (b *h1Body) Close() error { return b.r.Close() }
+
+// sendContinue sends "100 Continue" unless the final answer began.
+func (w *h1Writer) sendContinue() error {
+	w.hc.imu.Lock()
+	defer w.hc.imu.Unlock()
+	if w.wroteHeader {
+		return nil
+	}
+	_, _ = w.hc.bw.WriteString("HTTP/1.1 100 Continue\r\n\r\n")
+	return w.hc.bw.Flush()
+}
+
+// interim sends a target's informational answer with its fields h (but
+// the hop-by-hop ones and rotor's own) at once, ahead of the final one:
+// a proxy MUST forward them (RFC 9110 section 15.2), 102 Processing and
+// 103 Early Hints, which both forward paths read past. Not to an HTTP/1.0
+// client (a server MUST NOT send it one), and not 100 Continue (rotor
+// sends its own when the client asked, h1Body) nor 101 (rotor asks for
+// no upgrade, forward.go errSwitchingProtocols); nothing once the final
+// answer began. It may run on the Transport's read goroutine while the
+// handler waits for the final answer (interimTrace).
+func (w *h1Writer) interim(code int, h http.Header) {
+	if code <= http.StatusSwitchingProtocols || code >= http.StatusOK || !w.req.ProtoAtLeast(1, 1) {
+		return
+	}
+	hc := w.hc
+	hc.imu.Lock()
+	defer hc.imu.Unlock()
+	if w.wroteHeader || hc.hijacked || w.err != nil {
+		return
+	}
+	h = h.Clone()
+	removeHop(h)
+	for k := range h {
+		if rotorHeader(k) {
+			delete(h, k)
+		}
+	}
+	w.writeHead(code, h)
+	w.err = hc.bw.Flush()
+}
 
 // h1Writer is the http.ResponseWriter of one request.
 type h1Writer struct {
@@ -724,7 +786,7 @@ func (w *h1Writer) WriteHeader(code int) {
 	}
 	if code < 200 && code != http.StatusSwitchingProtocols {
 		// An informational answer goes out at once; the final one follows.
-		w.writeHead(code, false)
+		w.writeHead(code, nil)
 		w.err = w.hc.bw.Flush()
 		return
 	}
@@ -804,7 +866,7 @@ func (w *h1Writer) commit(final bool) {
 			w.closeAfter = true // HTTP/1.0: the body ends with the connection
 		}
 	}
-	if req.Close || !req.ProtoAtLeast(1, 0) || hasToken(h, "Connection", "close") || w.hc.halfClosed.Load() ||
+	if req.Close || !req.ProtoAtLeast(1, 0) || hasToken(h, "Connection", "close") ||
 		(!req.ProtoAtLeast(1, 1) && !hasToken(req.Header, "Connection", "keep-alive")) {
 		w.closeAfter = true
 	}
@@ -822,7 +884,7 @@ func (w *h1Writer) commit(final bool) {
 	if _, ok := h["Date"]; !ok {
 		h["Date"] = []string{time.Now().UTC().Format(http.TimeFormat)}
 	}
-	w.writeHead(w.status, true)
+	w.writeHead(w.status, w.h)
 	if len(w.pending) > 0 {
 		p := w.pending
 		w.pending = nil
@@ -837,9 +899,9 @@ func (w *h1Writer) commit(final bool) {
 	}
 }
 
-// writeHead writes the status line and the header fields (values with CR
-// or LF have them turned into spaces, as net/http does).
-func (w *h1Writer) writeHead(code int, withHeader bool) {
+// writeHead writes the status line and the fields of h (values with CR or
+// LF have them turned into spaces, as net/http does).
+func (w *h1Writer) writeHead(code int, h http.Header) {
 	bw := w.hc.bw
 	_, _ = bw.WriteString("HTTP/1.1 ")
 	_, _ = bw.WriteString(strconv.Itoa(code))
@@ -850,14 +912,12 @@ func (w *h1Writer) writeHead(code int, withHeader bool) {
 		_, _ = bw.WriteString("status code " + strconv.Itoa(code))
 	}
 	_, _ = bw.WriteString("\r\n")
-	if withHeader {
-		for k, vv := range w.h {
-			if !validFieldName(k) {
-				continue
-			}
-			for _, v := range vv {
-				writeHeaderLine(bw, k, v)
-			}
+	for k, vv := range h {
+		if !validFieldName(k) {
+			continue
+		}
+		for _, v := range vv {
+			writeHeaderLine(bw, k, v)
 		}
 	}
 	_, _ = bw.WriteString("\r\n")

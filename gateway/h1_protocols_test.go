@@ -43,6 +43,19 @@ func TestH1OtherProtocolsRefusedAtOnce(t *testing.T) {
 		eventuallyTrue(t, "the debug line "+want, func() bool { return strings.Contains(logs.String(), want) })
 	})
 
+	t.Run("SOCKS4 request", func(t *testing.T) {
+		c, br := h1Dial(t, srv)
+		if _, err := c.Write([]byte{4, 1, 0, 80, 127, 0, 0, 1, 0}); err != nil {
+			t.Fatal(err)
+		}
+		got, err := io.ReadAll(br)
+		if err != nil || len(got) != 8 || got[0] != 0 || got[1] != 91 {
+			t.Fatalf("answer %q (%v), want a SOCKS4 reject (00 5B …) and a close", got, err)
+		}
+		want := "SOCKS4 client on the HTTP port"
+		eventuallyTrue(t, "the debug line "+want, func() bool { return strings.Contains(logs.String(), want) })
+	})
+
 	t.Run("TLS ClientHello", func(t *testing.T) {
 		c, _ := h1Dial(t, srv)
 		rc := &readCount{Conn: c}
@@ -60,8 +73,8 @@ func TestH1OtherProtocolsRefusedAtOnce(t *testing.T) {
 	if err := srv.metrics.tunnelsTotal.WithLabelValues("http", "handshake_error").Write(&m); err != nil {
 		t.Fatal(err)
 	}
-	if got := m.GetCounter().GetValue(); got != 2 {
-		t.Errorf(`rotor_tunnels_total{front="http",outcome="handshake_error"} = %v, want 2`, got)
+	if got := m.GetCounter().GetValue(); got != 3 {
+		t.Errorf(`rotor_tunnels_total{front="http",outcome="handshake_error"} = %v, want 3`, got)
 	}
 
 	// Only a connection's first byte says what it speaks: the same byte

@@ -109,17 +109,20 @@ func requestParseError(err error) (int, string) {
 const (
 	// socks5Version is a SOCKS5 greeting's first byte (RFC 1928 section 3).
 	socks5Version = 0x05
+	// socks4Version is a SOCKS4 request's first byte (curl -x socks4://).
+	socks4Version = 0x04
 	// tlsHandshakeRecord is the first byte of a TLS ClientHello's record
 	// (RFC 8446 section 5.1, content type handshake).
 	tlsHandshakeRecord = 0x16
 )
 
 // refuseOtherProtocol answers a client whose first byte, first, says it
-// speaks SOCKS5 or TLS to the HTTP port (no HTTP method starts with
-// either byte), at once rather than after the handshake timeout with a
+// speaks SOCKS5, SOCKS4 or TLS to the HTTP port (no HTTP method starts
+// with any of those bytes), at once rather than after the handshake timeout with a
 // 408 it could not read. A SOCKS5 client gets 05 FF, "no acceptable
 // methods" (RFC 1928 section 3), the refusal every SOCKS5 client reads
-// whatever it offered; a TLS client is closed: no TLS alert could tell it
+// whatever it offered; a SOCKS4 one its "request rejected" (CD 91); a
+// TLS client is closed: no TLS alert could tell it
 // more than that the port does not speak TLS. As the SOCKS5 port does for
 // an HTTP client, a debug line names the port to use, and the refused
 // head counts as a handshake_error.
@@ -127,7 +130,8 @@ func (hc *h1Conn) refuseOtherProtocol(first byte) {
 	s := hc.s
 	s.metrics.tunnelDone("http", "handshake_error")
 	var why string
-	if first == socks5Version {
+	switch first {
+	case socks5Version:
 		why = "SOCKS5 client on the HTTP port: "
 		if addr := s.Addr("socks5"); addr != "" {
 			why += "use listen.socks5 " + addr
@@ -136,7 +140,13 @@ func (hc *h1Conn) refuseOtherProtocol(first byte) {
 		}
 		_, _ = hc.bw.Write([]byte{socks5Version, 0xFF})
 		hc.lingerClose()
-	} else {
+	case socks4Version:
+		// rotor speaks SOCKS5 only; a SOCKS4 client understands its own
+		// "request rejected" (VN 0, CD 91).
+		why = "SOCKS4 client on the HTTP port: rotor speaks SOCKS5 (socks5:// or socks5h://) on listen.socks5"
+		_, _ = hc.bw.Write([]byte{0, 91, 0, 0, 0, 0, 0, 0})
+		hc.lingerClose()
+	default:
 		why = "TLS client on the HTTP port: it speaks plain HTTP (a proxy URL http://, not https://)"
 	}
 	s.log.Debug().Str("listener", "http").Str("client", hc.remote).Str(errField, why).Msg("bad request")

@@ -83,7 +83,7 @@ func TestWatchdogTurnsOnUpstreamKeepAlive(t *testing.T) {
 	if sockopt(t, up, unix.SOL_SOCKET, unix.SO_KEEPALIVE) != 0 {
 		t.Fatal("upstream side has keep-alive before the watchdog ran")
 	}
-	w := startWatchdog(client, up, 0, 0, nil, func() {})
+	w := startWatchdog(client, up, 0, 0, nil, func(watchEnd) {})
 	if w == nil {
 		t.Fatal("no watchdog on Linux")
 	}

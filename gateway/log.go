@@ -2,8 +2,9 @@ package gateway
 
 // Log field vocabulary (STYLE rule 49), used by every line rotor writes:
 // conn_id, listener, client, user, target, upstream, attempt(s), class,
-// stage, from, to, until, dur, bytes_up, bytes_down, outcome, and the
-// error as zerolog's .Err(err) writes it: "error" (errField).
+// stage, from, to, until, dur, bytes_up, bytes_down, outcome, reset, cut
+// and silent (how a tunnel ended: relayResult.fields), and the error as
+// zerolog's .Err(err) writes it: "error" (errField).
 // Passwords, Proxy-Authorization values and upstream userinfo are never
 // logged: upstreams appear by name, users by their base name.
 
@@ -64,6 +65,8 @@ func (s *Server) logTunnel(id uint64, front string, c net.Conn, user, target str
 		f = res.Failure
 	case res.Shutdown:
 		outcome = "shutdown"
+	case res.ClientGone:
+		outcome = "client_gone"
 	}
 	s.metrics.tunnelDone(front, outcome)
 	ev := s.log.Info()
@@ -85,6 +88,7 @@ func (s *Server) logTunnel(id uint64, front string, c net.Conn, user, target str
 		ev = ev.Str("upstream", l.Endpoint.Name).Int("attempts", len(l.Attempts)+1).
 			Int64("bytes_up", res.Up).Int64("bytes_down", res.Down)
 	}
+	ev = res.fields(ev)
 	var ae *upstream.AttemptsError
 	if errors.As(err, &ae) {
 		ev = ev.Int("attempts", len(ae.Attempts)).Str("upstream", ae.Last().Upstream)

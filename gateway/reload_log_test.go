@@ -42,18 +42,7 @@ func rejectedReloadLines(t *testing.T, logs string) []reloadLogLine {
 // unlike README's "one config error line per problem, then reload
 // rejected with their count").
 func TestReloadRejectedOneErrorAsMany(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "rotor.toml")
-	head := "[listen]\nsocks5 = \"127.0.0.1:0\"\nhttp = \"\"\nadmin = \"\"\n[[upstream]]\nurl = \"direct://\"\n"
-	if err := os.WriteFile(path, []byte(head), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	_, logs, hup := watchedFile(t, path, true)
-	if err := os.WriteFile(path, []byte(head+"bogus_key = 1\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	hup <- syscall.SIGHUP
-	eventuallyTrue(t, "the rejected reload logged", func() bool { return strings.Contains(logs.String(), "reload rejected") })
+	path, logs := rejectReload(t, "bogus_key = 1\n")
 	got := rejectedReloadLines(t, logs.String())
 	if len(got) != 2 {
 		t.Fatalf("%d lines about the rejected reload, want a config error line and the rejection; log:\n%s", len(got), logs)
@@ -65,4 +54,23 @@ func TestReloadRejectedOneErrorAsMany(t *testing.T) {
 	if r := got[1]; r.Message != "reload rejected: keeping the running config" || r.Level != "error" || r.Errors == nil || *r.Errors != 1 || r.Err != "" {
 		t.Errorf("second line %+v, want the rejection with errors 1 and no error of its own", r)
 	}
+}
+
+// rejectReload runs a watched gateway on a minimal config (direct://,
+// SOCKS5 only), appends extra to its file, sends SIGHUP and returns the
+// file's path and the log once the rejected reload is logged.
+func rejectReload(t *testing.T, extra string) (string, *logBuffer) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "rotor.toml")
+	head := "[listen]\nsocks5 = \"127.0.0.1:0\"\nhttp = \"\"\nadmin = \"\"\n[[upstream]]\nurl = \"direct://\"\n"
+	if err := os.WriteFile(path, []byte(head), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, logs, hup := watchedFile(t, path, true)
+	if err := os.WriteFile(path, []byte(head+extra), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	hup <- syscall.SIGHUP
+	eventuallyTrue(t, "the rejected reload logged", func() bool { return strings.Contains(logs.String(), "reload rejected") })
+	return path, logs
 }

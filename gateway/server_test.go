@@ -86,6 +86,16 @@ func TestShutdownKeepsAdminUpThroughDrain(t *testing.T) {
 	}
 	admin, socks := srv.Addr("admin"), srv.Addr("socks5")
 	tunnel := drainTunnel(t, srv.Addr("http"), drainTarget(t))
+	// The client reads the CONNECT 200 a moment before the tunnel is
+	// counted: wait for the count, or the check during the drain flakes.
+	for start := time.Now(); ; time.Sleep(10 * time.Millisecond) {
+		if _, body, err := drainGet(admin, "/metrics"); err == nil && strings.Contains(body, `rotor_tunnels_active{front="http"} 1`) {
+			break
+		}
+		if time.Since(start) > 10*time.Second {
+			t.Fatal("the open tunnel never counted in /metrics")
+		}
+	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

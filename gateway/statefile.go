@@ -603,13 +603,7 @@ const maxSkipLogged = 20
 // cannot be read is logged with its line and skipped; the others are
 // restored. Records for upstreams no longer configured are ignored.
 func (s *Server) loadState() error {
-	sf := &s.metrics.persist
-	sf.mu.Lock()
-	path := sf.path
-	sf.mu.Unlock()
-	if path == "" {
-		path = s.cfg.Load().statePath()
-	}
+	path := s.statePathInUse()
 	if path == "" {
 		return nil
 	}

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/rotor-proxy/rotor/health"
 	"github.com/rotor-proxy/rotor/internal/splice"
 	"github.com/rotor-proxy/rotor/upstream"
@@ -20,13 +22,76 @@ type relayResult struct {
 	FirstByte time.Duration
 	Failure   *health.Failure // slow body, observed after the client was answered
 	Shutdown  bool            // the drain force-closed the tunnel (shutdown_grace over)
+
+	// Reset names the side whose connection ended otherwise than by a
+	// FIN (a reset, or TCP gave up on it): resetClient or resetUpstream.
+	// The tunnel ended at once, the reset passed on to the other side.
+	Reset string
+	// ClientGone: the client's reset ended a tunnel whose upstream side
+	// had not finished sending (outcome client_gone). A client that
+	// resets after the whole answer came is not gone early.
+	ClientGone bool
+	// Cut is why the watchdog closed the tunnel (cutIdle, cutHalfClosed)
+	// after Silent without data from the side it waited for.
+	Cut    string
+	Silent time.Duration
+}
+
+// Sides of a tunnel, as relayResult.Reset and the log's "reset" name them.
+const (
+	resetClient   = "client"
+	resetUpstream = "upstream" // the connection to the upstream (to the target itself for direct)
+)
+
+// fields adds how the tunnel ended to its summary line: "reset" (the
+// side whose connection was reset), "cut" and "silent" (ms) when the
+// watchdog closed it after a silence.
+func (r relayResult) fields(ev *zerolog.Event) *zerolog.Event {
+	if r.Reset != "" {
+		ev = ev.Str("reset", r.Reset)
+	}
+	if r.Cut != "" {
+		ev = ev.Str("cut", r.Cut).Dur("silent", r.Silent)
+	}
+	return ev
+}
+
+// abortive reports whether a direction that ended with err ended
+// abortively, i.e. not at the source's FIN (nil or io.EOF) and not by
+// rotor's own doing: sockets it closed (abort, the drain: net.ErrClosed)
+// or a deadline it set (the classic relay's linger and first byte).
+func abortive(err error) bool {
+	return err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) &&
+		!errors.Is(err, os.ErrDeadlineExceeded)
+}
+
+// resetSide names the side whose connection failed when a direction from
+// src to dst ended abortively: the one whose socket the kernel closed
+// (socketGone: a reset arrived, or TCP gave up), src first, as a failed
+// write to dst closes dst; src when neither says (its read failed, e.g.
+// a TLS record error).
+func resetSide(src, dst net.Conn, srcSide, dstSide string) string {
+	if !socketGone(src) && socketGone(dst) {
+		return dstSide
+	}
+	return srcSide
+}
+
+// passReset makes the coming close of c a reset (SO_LINGER 0), which is
+// what c's peer would see from a direct connection whose other end reset,
+// rather than a FIN that reads as a clean end.
+func passReset(c net.Conn) {
+	if tc := tcpOf(c); tc != nil {
+		_ = tc.SetLinger(0)
+	}
 }
 
 type closeWriter interface{ CloseWrite() error }
 
 // halfCloseLinger is how long the other direction may stay silent after
-// one side finished sending (half-close) before the tunnel is torn down.
-// Tests shorten it through setHalfCloseLinger.
+// one side finished sending (half-close) before the tunnel is torn down,
+// when tunnel_idle_timeout does not say (halfClosedSilence). Tests
+// shorten it through setHalfCloseLinger.
 func halfCloseLinger() time.Duration { return time.Duration(halfCloseLingerNs.Load()) }
 
 var halfCloseLingerNs = func() *atomic.Int64 { var v atomic.Int64; v.Store(int64(60 * time.Second)); return &v }()
@@ -48,19 +113,66 @@ var bufPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }
 // waits for the end of an upload (the stamp is one clock read per burst,
 // and the deadline is only moved when it runs out).
 //
+// A direction that ends at its source's FIN half-closes the other side;
+// one that ends abortively (a reset, see abortive) ends the tunnel at
+// once, the reset passed on (pumpedTunnel.reset says why).
+//
 // report receives a slow-body failure the moment the watchdog sees it; a
 // first-byte failure is returned in the result.
 func relay(client, up net.Conn, pending []byte, slow SlowBodyConfig, idle time.Duration, report func(*health.Failure)) relayResult {
 	defer client.Close()
 	defer up.Close()
 	var res relayResult
-	wd := startWatchdog(client, up, slow.Stall, idle, report, func() {
+	// mu orders the first-byte deadline between the two directions and
+	// guards res's Reset, ClientGone, Cut and Silent and the fields below.
+	var mu sync.Mutex
+	var closing bool  // rotor is closing the tunnel: later errors are its own
+	var downDone bool // the upstream side finished sending (its FIN)
+	// end closes the tunnel, once: for a reset on side when side is set
+	// (passed on to the other side), after a silence when e says so.
+	end := func(side string, e watchEnd) {
+		mu.Lock()
+		first := !closing
+		if first {
+			closing = true
+			res.Reset = side
+			res.ClientGone = side == resetClient && !downDone
+			res.Cut, res.Silent = e.cut, e.silent
+		}
+		mu.Unlock()
+		if !first {
+			return
+		}
+		switch side {
+		case resetClient:
+			passReset(up)
+		case resetUpstream:
+			passReset(client)
+		}
 		_ = client.Close()
 		_ = up.Close()
-	})
+	}
+	// failed ends the tunnel when the direction from src ended with an
+	// abortive err, and reports whether it did.
+	failed := func(err error, src, dst net.Conn, srcSide, dstSide string) bool {
+		if !abortive(err) {
+			return false
+		}
+		end(resetSide(src, dst, srcSide, dstSide), watchEnd{})
+		return true
+	}
+	// lingerCut records that the absolute linger (no watchdog) ran out.
+	lingerCut := func() {
+		mu.Lock()
+		if !closing {
+			closing = true
+			res.Cut, res.Silent = cutHalfClosed, halfClosedSilence(idle)
+		}
+		mu.Unlock()
+	}
+	wd := startWatchdog(client, up, slow.Stall, idle, report, func(e watchEnd) { end(e.gone, e) })
 	defer wd.stop()
 	var wg sync.WaitGroup
-	var mu sync.Mutex // orders the first-byte deadline between the two directions
 	var gotFirst atomic.Bool
 	var sentAt time.Time
 	base := time.Now()
@@ -133,10 +245,17 @@ func relay(client, up net.Conn, pending []byte, slow SlowBodyConfig, idle time.D
 			bufPool.Put(bp)
 		}
 		if err == nil {
-			c, _ := copyConn(up, client)
+			var c int64
+			c, err = copyConn(up, client)
 			n += c
 		}
 		res.Up = n
+		if failed(err, client, up, resetClient, resetUpstream) {
+			return
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			lingerCut() // set by the other direction once it finished
+		}
 		closeWrite(up)
 		_ = client.SetReadDeadline(time.Time{})
 		if !wd.halfClosed() {
@@ -144,7 +263,7 @@ func relay(client, up net.Conn, pending []byte, slow SlowBodyConfig, idle time.D
 			// answer by an absolute linger instead.
 			mu.Lock()
 			if gotFirst.Load() || sentAt.IsZero() {
-				_ = up.SetReadDeadline(time.Now().Add(halfCloseLinger()))
+				_ = up.SetReadDeadline(time.Now().Add(halfClosedSilence(idle)))
 			}
 			mu.Unlock()
 		}
@@ -181,21 +300,32 @@ func relay(client, up net.Conn, pending []byte, slow SlowBodyConfig, idle time.D
 	bufPool.Put(bp)
 	switch {
 	case err == nil:
-		c, _ := copyConn(client, up)
+		var c int64
+		c, err = copyConn(client, up)
 		down += c
 	case errors.Is(err, os.ErrDeadlineExceeded) && !started.IsZero() && r == 0:
 		res.Failure = firstByteFailure()
 		// Tear down: the client asked and nothing is coming.
-		_ = client.Close()
-		_ = up.Close()
+		end("", watchEnd{})
+		err = nil
 	}
 	res.Down = down
-	closeWrite(client)
-	// The client may still be sending; give it a bounded time to finish.
-	if !wd.upstreamDone() {
-		_ = client.SetReadDeadline(time.Now().Add(halfCloseLinger()))
+	if !failed(err, up, client, resetUpstream, resetClient) {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			lingerCut() // set by the other direction once it finished
+		}
+		mu.Lock()
+		downDone = !closing
+		mu.Unlock()
+		closeWrite(client)
+		// The client may still be sending; give it a bounded time to finish.
+		if !wd.upstreamDone() {
+			_ = client.SetReadDeadline(time.Now().Add(halfClosedSilence(idle)))
+		}
 	}
 	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
 	return res
 }
 

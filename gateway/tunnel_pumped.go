@@ -33,6 +33,7 @@ type pumpedTunnel struct {
 	downP    *splice.Pump // upstream → client
 	aborted  bool
 	ended    bool        // both directions finished: the first-byte clock is off
+	upDone   bool        // the upstream side finished sending (its FIN)
 	sentAt   time.Time   // the client's first bytes went up (first-byte latency)
 	gotFirst bool        // the upstream side has sent
 	fbTimer  *time.Timer // first-byte clock, pushed back while the client sends (firstByteExpired)
@@ -59,7 +60,7 @@ func newPumpedTunnel(r *splice.Reactor, client, up net.Conn, pending []byte, slo
 // end once both have finished.
 func (t *pumpedTunnel) start() {
 	t.left.Store(2)
-	wd := startWatchdog(t.client, t.up, t.slow.Stall, t.idle, t.report, t.abort)
+	wd := startWatchdog(t.client, t.up, t.slow.Stall, t.idle, t.report, t.watchEnded)
 	t.mu.Lock()
 	t.wd = wd
 	t.mu.Unlock()
@@ -157,13 +158,18 @@ func (t *pumpedTunnel) firstByteExpired() {
 // as first_byte ago rather than re-arming the clock for a few ms.
 const firstByteSlack = 10 * time.Millisecond
 
-// clientDone: the client finished sending (or left). The upstream side
-// may go on answering; the watchdog bounds its silence by the linger.
-func (t *pumpedTunnel) clientDone(n int64, _ error) {
+// clientDone: the client finished sending. At its FIN (err nil: it
+// half-closed, or closed and left) the upstream side may go on answering;
+// the watchdog bounds its silence (halfClosedSilence). Any other end (a
+// reset) ends the tunnel at once (reset).
+func (t *pumpedTunnel) clientDone(n int64, err error) {
 	t.mu.Lock()
 	t.res.Up = n
 	wd := t.wd
 	t.mu.Unlock()
+	if abortive(err) {
+		t.reset(resetSide(t.client, t.up, resetClient, resetUpstream))
+	}
 	if t.lastDirection() {
 		return
 	}
@@ -171,18 +177,64 @@ func (t *pumpedTunnel) clientDone(n int64, _ error) {
 	wd.halfClosed()
 }
 
-// upstreamDone: the upstream side finished sending; the client may go on
-// sending for the linger.
-func (t *pumpedTunnel) upstreamDone(n int64, _ error) {
+// upstreamDone: the upstream side finished sending; at its FIN the client
+// may go on sending, within halfClosedSilence of silence; a reset ends the
+// tunnel at once.
+func (t *pumpedTunnel) upstreamDone(n int64, err error) {
 	t.mu.Lock()
 	t.res.Down = n
+	t.upDone = err == nil && !t.aborted
 	wd := t.wd
 	t.mu.Unlock()
+	if abortive(err) {
+		t.reset(resetSide(t.up, t.client, resetUpstream, resetClient))
+	}
 	if t.lastDirection() {
 		return
 	}
 	t.halfClose(t.client)
 	wd.upstreamDone()
+}
+
+// reset ends the tunnel at once after side's connection ended otherwise
+// than by a FIN: the peer reset it (ECONNRESET; a client that closes with
+// SO_LINGER 0, or with unread data), or TCP gave up on it (keep-alive).
+// Taken for a half-close, it would send a FIN on the other side, which
+// reads as a clean end, and hold the tunnel (two fds, a connection-limit
+// slot, the upstream's max_conns slot) for the half-close bound while the
+// other side stays quiet. The other side's socket is closed with
+// SO_LINGER 0, so its peer sees the reset it would have seen from a
+// direct connection. Errors that follow rotor's own abort are not resets.
+func (t *pumpedTunnel) reset(side string) {
+	t.mu.Lock()
+	if t.aborted {
+		t.mu.Unlock()
+		return
+	}
+	t.res.Reset = side
+	t.res.ClientGone = side == resetClient && !t.upDone
+	t.mu.Unlock()
+	if side == resetClient {
+		_ = t.up.SetLinger(0)
+	} else {
+		_ = t.client.SetLinger(0)
+	}
+	t.abort()
+}
+
+// watchEnded is the watchdog's end of the tunnel: a side it found gone is
+// a reset; a silence (idle, half-closed) is recorded for the summary line.
+func (t *pumpedTunnel) watchEnded(e watchEnd) {
+	if e.gone != "" {
+		t.reset(e.gone)
+		return
+	}
+	t.mu.Lock()
+	if !t.aborted {
+		t.res.Cut, t.res.Silent = e.cut, e.silent
+	}
+	t.mu.Unlock()
+	t.abort()
 }
 
 // halfClose sends FIN on c. When that fails (the peer reset, or c is

@@ -24,8 +24,13 @@ import (
 //     cannot be told apart from a finished response inside TLS, so it is
 //     only detected on plain-HTTP forwarding, where rotor parses responses;
 //   - an idle tunnel (tunnel_idle_timeout): no data either way;
-//   - a half-closed tunnel whose upstream side stays silent for
-//     halfCloseLinger after the client finished sending.
+//   - a half-closed tunnel (one side finished sending) whose other side
+//     stays silent for halfClosedSilence;
+//   - a side that is gone while no direction reads its socket: the kernel
+//     closed it (a reset, e.g. the answer to a keep-alive probe once the
+//     peer's socket is gone, or keep-alive giving up on a silent host).
+//     A pump reading the socket sees that itself, but after a half-close
+//     nothing reads the side that finished.
 //
 // Timers run only while the tunnel is open; no goroutine waits between
 // checks (time.AfterFunc).
@@ -33,9 +38,10 @@ type watchdog struct {
 	client, up  statsReader
 	stall, idle time.Duration
 	tick        time.Duration
+	halfSilence time.Duration // halfClosedSilence: the bound on a half-closed tunnel's silence
 	onStall     func(*health.Failure)
-	onIdle      func()
-	baseU       uint64 // upstream bytes when the tunnel started (handshake excluded)
+	onEnd       func(watchEnd) // the watchdog ends the tunnel (called once)
+	baseU       uint64         // upstream bytes when the tunnel started (handshake excluded)
 
 	// keepAlive is the upstream connection, whose TCP keep-alive the first
 	// check turns on (it was dialled without: see enableKeepAlive).
@@ -45,12 +51,47 @@ type watchdog struct {
 	timer      *time.Timer
 	finished   bool
 	reported   bool // one stall report per tunnel
-	clientDone bool // the client finished sending: linger applies
-	upDone     bool // the upstream side finished sending: linger applies
+	clientDone bool // the client finished sending: halfSilence applies
+	upDone     bool // the upstream side finished sending: halfSilence applies
+}
+
+// Why the watchdog closed a tunnel after a silence (watchEnd.cut, the
+// summary line's "cut" field, with "silent" the bound that ran out).
+const (
+	cutIdle       = "idle"        // tunnel_idle_timeout: no data either way
+	cutHalfClosed = "half_closed" // one side had finished sending and the other stayed silent (halfClosedSilence)
+)
+
+// watchEnd is why the watchdog ends a tunnel: a silence (cut, silent) or a
+// side whose socket the kernel closed (gone: resetClient, resetUpstream).
+type watchEnd struct {
+	cut    string
+	silent time.Duration
+	gone   string
+}
+
+// halfClosedSilence is how long the side still open of a half-closed
+// tunnel may stay silent before the tunnel is closed. TCP cannot tell a
+// client that closed and left (requests and aiohttp close so when their
+// timeout fires) from one that only shut down its sending side and still
+// reads, so a bound is needed, or clients that give up on slow targets
+// would pile up tunnels, fds and upstream slots. It follows
+// tunnel_idle_timeout when that is set, shorter or longer than the
+// default: an operator who lets idle tunnels live 10 minutes lets a
+// half-closed one wait as long for its answer. With tunnel_idle_timeout 0
+// ("never") it is halfCloseLinger, 60 s: "never" keeps tunnels whose
+// both sides are open, which a client that left cannot hold (its kernel
+// answers the keep-alive probes with a reset). Silence counts from the
+// last byte, so a target that keeps sending is never cut.
+func halfClosedSilence(idle time.Duration) time.Duration {
+	if idle > 0 {
+		return idle
+	}
+	return halfCloseLinger()
 }
 
 // upstreamDone is halfClosed for the other direction: the client may go on
-// sending, but once it has been silent for halfCloseLinger the tunnel is
+// sending, but once it has been silent for halfSilence the tunnel is
 // closed. It reports false when there is no watchdog to do it.
 func (w *watchdog) upstreamDone() bool {
 	if w == nil {
@@ -62,11 +103,12 @@ func (w *watchdog) upstreamDone() bool {
 	return true
 }
 
-// halfClosed tells the watchdog the client finished sending (or left): the
-// upstream side may go on answering, but once it has been silent for
-// halfCloseLinger the tunnel is closed, so a client that left without a
-// word cannot hold a tunnel, its fds and an upstream slot for ever. It
-// reports false when there is no watchdog to do it.
+// halfClosed tells the watchdog the client finished sending (a FIN: it
+// half-closed, or closed and left): the upstream side may go on answering,
+// but once it has been silent for halfSilence the tunnel is closed, so a
+// client that left without a word cannot hold a tunnel, its fds and an
+// upstream slot for ever. It reports false when there is no watchdog to
+// do it.
 func (w *watchdog) halfClosed() bool {
 	if w == nil {
 		return false
@@ -86,6 +128,10 @@ type tcpStats struct {
 	// kernel is retransmitting on timeouts; lastSent then stamps those
 	// retransmissions, not new data.
 	rto bool
+	// closed: tcpi_state is TCP_CLOSE while rotor still holds the socket:
+	// the kernel ended the connection (a reset arrived, or keep-alive or
+	// retransmissions gave up). The peer is gone.
+	closed bool
 }
 
 // statsReader reads a socket's counters.
@@ -95,7 +141,7 @@ type statsReader interface {
 
 // startWatchdog returns nil when the sockets give no counters (not Linux,
 // not TCP).
-func startWatchdog(client, up net.Conn, stall, idle time.Duration, onStall func(*health.Failure), onIdle func()) *watchdog {
+func startWatchdog(client, up net.Conn, stall, idle time.Duration, onStall func(*health.Failure), onEnd func(watchEnd)) *watchdog {
 	cc, ok1 := counterOf(client)
 	uc, ok2 := counterOf(up)
 	if !ok1 || !ok2 {
@@ -108,8 +154,9 @@ func startWatchdog(client, up net.Conn, stall, idle time.Duration, onStall func(
 		return nil
 	}
 	// Checks run often enough for the shortest limit in force; the
-	// half-close linger is always watched.
-	tick := halfCloseLinger()
+	// half-close bound is always watched.
+	half := halfClosedSilence(idle)
+	tick := half
 	for _, d := range []time.Duration{stall, idle} {
 		if d > 0 && d < tick {
 			tick = d
@@ -119,8 +166,8 @@ func startWatchdog(client, up net.Conn, stall, idle time.Duration, onStall func(
 	if tick < 50*time.Millisecond {
 		tick = 50 * time.Millisecond
 	}
-	w := &watchdog{client: cc, up: uc, stall: stall, idle: idle, tick: tick, onStall: onStall, onIdle: onIdle, baseU: us.rxBytes,
-		keepAlive: up}
+	w := &watchdog{client: cc, up: uc, stall: stall, idle: idle, tick: tick, halfSilence: half, onStall: onStall, onEnd: onEnd,
+		baseU: us.rxBytes, keepAlive: up}
 	w.mu.Lock()
 	w.timer = time.AfterFunc(tick, w.check)
 	w.mu.Unlock()
@@ -159,26 +206,36 @@ func (w *watchdog) check() {
 	// counting as a stall.)
 	sent := waitingSince(cs, us)
 	stalled := w.stall > 0 && us.rxBytes != w.baseU && sent+stampSlack < uAgo && sent >= w.stall
-	idle := (w.idle > 0 && cAgo >= w.idle && uAgo >= w.idle) || (w.clientDone && uAgo >= halfCloseLinger()) ||
-		(w.upDone && cAgo >= halfCloseLinger())
-	if idle {
+	var end watchEnd
+	switch {
+	case cs.closed:
+		end.gone = resetClient
+	case us.closed:
+		end.gone = resetUpstream
+	case (w.clientDone && uAgo >= w.halfSilence) || (w.upDone && cAgo >= w.halfSilence):
+		end = watchEnd{cut: cutHalfClosed, silent: w.halfSilence}
+	case w.idle > 0 && cAgo >= w.idle && uAgo >= w.idle:
+		end = watchEnd{cut: cutIdle, silent: w.idle}
+	}
+	ending := end != watchEnd{}
+	if ending {
 		w.finished = true
-	} else if !stalled || !w.reported {
+	} else {
+		// A stall already reported keeps the checks going: the
+		// idle and half-close bounds and a gone side still apply.
 		w.timer.Reset(w.tick)
 	}
 	if stalled {
-		if w.reported {
-			stalled = false
-		}
+		stalled = !w.reported // one report per tunnel
 		w.reported = true
 	}
 	w.mu.Unlock()
-	switch {
-	case stalled:
+	if stalled {
 		w.onStall(&health.Failure{Class: health.SlowBody, Stage: health.StageBody,
 			Err: errors.New("upstream side silent for slow_body.stall while the client waits")})
-	case idle:
-		w.onIdle()
+	}
+	if ending {
+		w.onEnd(end)
 	}
 }
 
@@ -223,6 +280,18 @@ func waitingSince(client, up tcpStats) time.Duration {
 // a request and its answer from the same jiffy look one jiffy apart, the
 // request later: an idle keep-alive would be reported as a stall.
 const stampSlack = 10 * time.Millisecond
+
+// socketGone reports whether the kernel closed the TCP socket under c
+// (tcpStats.closed): its peer reset it, or TCP gave up on it. False when
+// the socket cannot tell (off Linux, closed by rotor, not TCP).
+func socketGone(c net.Conn) bool {
+	sr, ok := counterOf(c)
+	if !ok {
+		return false
+	}
+	st, ok := sr.stats()
+	return ok && st.closed
+}
 
 // counterOf finds the TCP socket under c (through TLS and rotor's own
 // buffered wrappers).

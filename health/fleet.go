@@ -231,7 +231,10 @@ func (t *Tracker) ApplyRemote(key string, rs RemoteState) bool {
 	if to == Cooling && left <= 0 {
 		to = ProbeAllowed
 	}
-	same := cur == to && (to != Cooling || r.until.Equal(rs.Until))
+	// The shared until has milliseconds; r's, set here, nanoseconds (bug:
+	// an instance re-applied its own cooling at every resync after a
+	// reload, logging it as a change).
+	same := cur == to && (to != Cooling || r.until.UnixMilli() == rs.Until.UnixMilli())
 	if !same {
 		if to != Eligible { // a recovered record keeps its last failure
 			r.reason, r.stage, r.detail = rs.Reason, rs.Stage, detail

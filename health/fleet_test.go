@@ -330,3 +330,49 @@ func TestFleetAutomaticRemoteKeepsOperatorDisable(t *testing.T) {
 		t.Fatalf("eligible after a newer enable: %v, want eligible", s.State)
 	}
 }
+
+// TestFleetRevivePublishesNothing: an upstream put back in the config
+// gets its kept record without publishing it to the fleet. Bug: the kept
+// operator disable went out as a new operator action and undid an enable
+// another instance had made while the upstream was out of this config.
+func TestFleetRevivePublishesNothing(t *testing.T) {
+	tr, clk := newFakeTracker(t, Config{StartEligible: true})
+	ff := &fakeFleet{grant: true}
+	tr.SetFleet(ff, ff, time.Second)
+	r := tr.Add("k", "up", nil, false)
+	tr.Disable(r, "bad exit IPs")
+	before := len(ff.published)
+	tr.Remove("k")
+	clk.Advance(4 * time.Second)
+	r = tr.Add("k", "up", nil, false)
+	if s := tr.Snapshot(r).State; s != Disabled {
+		t.Fatalf("back in the config: %v, want its kept disable", s)
+	}
+	if pub, _, _ := ff.snapshot(); len(pub) != before {
+		t.Errorf("published %+v on coming back, want nothing", pub[before:])
+	}
+}
+
+// TestFleetOwnCoolingBackFromRedisIsSame: this instance's cooling, read
+// back from the fleet with its until in milliseconds, is the same state:
+// no history entry, no log line. Bug: the nanosecond local until never
+// equalled it, so after a reload every resync re-applied the instance's
+// own cooling (logged as "upstream enable recorded").
+func TestFleetOwnCoolingBackFromRedisIsSame(t *testing.T) {
+	tr, clk := newFakeTracker(t, Config{StartEligible: true})
+	ff := &fakeFleet{}
+	tr.SetFleet(ff, ff, time.Second)
+	r := tr.Add("k", "up", nil, false)
+	clk.Advance(123456789 * time.Nanosecond) // a wall time with sub-millisecond digits
+	tr.Fail(r, &Failure{Class: Refused, Stage: StageDial})
+	s := tr.Snapshot(r)
+	back := time.UnixMilli(s.Until.UnixMilli())
+	if back.Equal(s.Until) {
+		t.Fatalf("until %v has no sub-millisecond part: the test proves nothing", s.Until)
+	}
+	tr.ApplyRemote("k", RemoteState{Key: "k", State: Cooling, From: Eligible, Reason: Refused, Stage: StageDial,
+		Until: back, Streak: s.Streak, At: s.History[0].At, Instance: "a"})
+	if n := len(tr.Snapshot(r).History); n != 1 {
+		t.Errorf("history has %d entries after reading its own cooling back, want 1", n)
+	}
+}

@@ -37,6 +37,8 @@ func (t *Tracker) logChange(c change) {
 		ev.Str("target", c.tr.Target).Msg("upstream cooled for target")
 	case c.tr.From == c.tr.To && c.tr.To == Disabled:
 		ev.Msg("upstream disable recorded, state unchanged") // an operator's, over the config's
+	case c.tr.From == c.tr.To && c.tr.To == Cooling:
+		ev.Msg("upstream cooldown updated") // a peer's cooling over this one's
 	case c.tr.From == c.tr.To:
 		ev.Msg("upstream enable recorded, state unchanged") // enabledHere
 	default:

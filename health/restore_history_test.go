@@ -1,9 +1,13 @@
 package health
 
 import (
+	"bytes"
 	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/rs/zerolog"
 )
 
 // TestRestoreRecordsNoTransition: a record given back its saved state (a
@@ -101,5 +105,24 @@ func TestRestoreBoundsSavedDeadline(t *testing.T) {
 	clk.Advance(20 * time.Second)
 	if s := b.Snapshot(b.Lookup("k")).State; s != ProbeAllowed {
 		t.Errorf("after the max: %v, want probe_allowed", s)
+	}
+}
+
+// TestRestoreLogsCutTargets: per-target cooldowns cut to their class's max
+// at a restore are logged even when the record's own state needs no line
+// (an eligible record restored as probe_allowed posts none).
+func TestRestoreLogsCutTargets(t *testing.T) {
+	cfg := Config{StartEligible: true}
+	a, clk := newFakeTracker(t, cfg)
+	a.Add("k", "up", nil, false)
+	saved := a.Export()[0]
+	saved.Targets = []TargetCooldown{{Host: "shop.example", Reason: TargetHTTPError, Stage: StageHTTPStatus,
+		Until: clk.Now().Add(5 * 365 * 24 * time.Hour).UTC(), Streak: 1}}
+	var logs bytes.Buffer
+	b := NewTracker(Config{}, clk, zerolog.New(&logs))
+	b.Add("k", "up", nil, false)
+	b.Restore("k", saved)
+	if !strings.Contains(logs.String(), "were cut to it") || !strings.Contains(logs.String(), `"targets":1`) {
+		t.Errorf("no line about the cut per-target cooldown:\n%s", logs.String())
 	}
 }

@@ -273,6 +273,7 @@ func (t *Tracker) restore(r *Record, s Snapshot, detail string, keepEligible boo
 	}
 	r.hist.replace(s.History)
 	r.targets = nil
+	cutTargets := 0
 	for _, tc := range s.Targets {
 		if left := tc.Until.Sub(wnow); left > 0 && tc.Host != "" && len(r.targets) < maxTargets {
 			if r.targets == nil {
@@ -281,6 +282,7 @@ func (t *Tracker) restore(r *Record, s Snapshot, detail string, keepEligible boo
 			until := tc.Until
 			if m := pol.For(tc.Reason).Max; left > m {
 				left, until = m, wnow.Add(m) // as the record's deadline below
+				cutTargets++
 			}
 			r.targets[tc.Host] = &targetCooldown{host: tc.Host, reason: tc.Reason, stage: tc.Stage,
 				deadline: now.Add(left), until: until, set: now, streak: tc.Streak}
@@ -322,8 +324,13 @@ func (t *Tracker) restore(r *Record, s Snapshot, detail string, keepEligible boo
 			e.items = append(e.items, item{at: now, rec: r, epoch: r.epoch, kind: kindProbe})
 		}
 	}
+	name := r.name
 	r.mu.Unlock()
 	t.version.Add(1)
 	t.apply(&e)
+	if cutTargets > 0 {
+		t.log.Info().Str("upstream", name).Int("targets", cutTargets).
+			Msg("saved per-target cooldowns further away than their class's max cooldown were cut to it")
+	}
 	return true
 }

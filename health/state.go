@@ -198,7 +198,12 @@ func (t *Tracker) postState(r *Record, c change, e *effects) {
 	if to == Cooling {
 		c.until = r.until
 	}
-	if !e.remote && t.fleet.Load() != nil {
+	// A restore is not published: the fleet's record of the upstream is
+	// newer than what this instance kept (bug: a reload that put an
+	// upstream back republished its kept operator disable as a new
+	// operator action, undoing an enable made elsewhere meanwhile); the
+	// fleet hands this record the shared one (Tracker.Shared, Reconcile).
+	if !e.remote && !c.restored && t.fleet.Load() != nil {
 		c.shared = sharedState(r, tr)
 	}
 	t.post(c, e)
@@ -341,15 +346,19 @@ func (t *Tracker) Neutral(r *Record) {}
 // target-scoped failure (below) applies its per-host cooldown in any
 // state: it changes nothing but that host's entry.
 //
-//   - Target failures (target_unreachable, target_timeout) never cool r on
-//     their own. The target-failure rule: when r reports target failures
+//   - Target failures (target_unreachable, target_timeout) never cool r
+//     whole on their own. The target-failure rule: when r reports target failures
 //     for Config.TargetRuleHosts (2) distinct hosts within
 //     Config.TargetRuleWindow (60s) and other records reported
 //     SuccessTarget for each of those host:ports at or after r's first
 //     failure there (so an outage of the hosts themselves cools no one),
 //     r is the problem (a
 //     proxy claiming that sites others reach are down) and it cools as
-//     upstream_error at stage target_connect.
+//     upstream_error at stage target_connect. A target failure at a
+//     host:port that another record reached since r's earlier failure
+//     there (within the window) cools r for that host:port only, as
+//     upstream_error at the failure's stage (see OthersReached, which the
+//     attempt loop calls when its next upstream reaches it at once).
 //   - A failure with Target set whose class has scope "target"
 //     (Config.ScopeTargetHTTPError, Config.ScopeSlowBody) cools r for that
 //     host only; see AdmitTarget.
@@ -377,6 +386,12 @@ const (
 	failLive  failMode = iota // while r is eligible (Fail)
 	failEpoch                 // while r is eligible at the given epoch (FailEpoch)
 	failCount                 // never: counted only (FailStale)
+	// failReached is failLive for the cooling of a target failure that
+	// another record's success set off (OthersReached): it is no new
+	// failure at the target, so the table of recent successes does not
+	// take it for one (a retry decision after it would weigh the others'
+	// success as older than a failure that never happened).
+	failReached
 )
 
 func (t *Tracker) fail(r *Record, f *Failure, epoch uint64, mode failMode) {
@@ -397,6 +412,7 @@ func (t *Tracker) fail(r *Record, f *Failure, epoch uint64, mode failMode) {
 	r.mu.Lock()
 	r.countFailure(class, stage, 1)
 	live := State(r.state.Load()) == Eligible && !r.removed && mode != failCount && (mode != failEpoch || epoch == r.epoch)
+	observed := mode != failReached // a failure seen at the target now
 	// A failure for one host cools r for that host whatever r's own state
 	// (cooling, being probed, disabled, or changed since the lease): the
 	// host's ban does not depend on it, and r serves again once it is
@@ -408,8 +424,12 @@ func (t *Tracker) fail(r *Record, f *Failure, epoch uint64, mode failMode) {
 	switch {
 	case class == Operator:
 	case class.IsTargetFailure():
-		if live {
-			t.targetRule(s, r, now, f.Target, &e)
+		if live && t.targetRule(s, r, now, f.Target, observed, &e) {
+			// Another record reached this host:port since r's earlier
+			// failure there: r cools for it (see OthersReached).
+			of := othersReach(f)
+			r.countFailure(UpstreamError, stage, 1)
+			t.coolTarget(s, r, now, UpstreamError, stage, of.Target, detailOf(of.Err), of.Err, &e)
 		}
 	case scoped && scopedToTarget(f):
 		// A refusal of one destination: that host (or host:port) only,
@@ -417,7 +437,7 @@ func (t *Tracker) fail(r *Record, f *Failure, epoch uint64, mode failMode) {
 		// target rule, while r is live).
 		t.coolTarget(s, r, now, class, stage, cooldownKey(f), detailOf(f.Err), f.Err, &e)
 		if live {
-			t.targetRule(s, r, now, f.Target, &e)
+			t.targetRule(s, r, now, f.Target, observed, &e)
 		}
 	case scoped && s.scope(class) == ScopeTarget:
 		t.coolTarget(s, r, now, class, stage, targetHost(f.Target), detailOf(f.Err), f.Err, &e)

@@ -221,9 +221,24 @@ const maxTargetFails = 32
 // at target_connect, besides the target failure that set it off: it is
 // the record's reason and stage, and failures, failures_by_stage and the
 // failure metrics (read from Stats) show it as any other cooling.
-func (t *Tracker) targetRule(s *settings, r *Record, now time.Time, target string, e *effects) {
-	if s.cfg.TargetRuleHosts < 0 || targetHost(target) == target { // no port
-		return
+//
+// It reports whether another record reached target itself since r's
+// earlier failure there within the window (a failure before this one):
+// r fails a host:port that others reach, and the caller cools r for that
+// host:port only (see OthersReached), whether or not the rule cooled it
+// whole, and also when Config.TargetRuleHosts disables the rule. The
+// lookups are the rule's own: nothing more is read for it. observed is
+// false for a failure that is no new observation at the target (see
+// failReached): the table of recent successes is not told of it.
+func (t *Tracker) targetRule(s *settings, r *Record, now time.Time, target string, observed bool, e *effects) (reached bool) {
+	if targetHost(target) == target { // no port
+		return false
+	}
+	if observed {
+		// The next success for target by anyone is the evidence; make
+		// sure the table notes it (also without the rule:
+		// ReachedElsewhere reads it).
+		t.seen.fail(target, r, now)
 	}
 	win := s.cfg.TargetRuleWindow
 	keep := r.targetFails[:0]
@@ -241,19 +256,24 @@ func (t *Tracker) targetRule(s *settings, r *Record, now time.Time, target strin
 		}
 	}
 	r.targetFails = keep
-	// The next success for target by anyone is the evidence; make sure
-	// the table notes it.
-	t.seen.fail(target, now)
 	var buf [maxTargetFails]string
 	hosts := buf[:0]
 	for _, f := range keep {
-		if h := targetHost(f.target); !slices.Contains(hosts, h) && t.seen.reachedByOther(f.target, r, f.at) {
+		h := targetHost(f.target)
+		counted := slices.Contains(hosts, h)
+		if counted && f.target != target || !t.seen.reachedByOther(f.target, r, f.at) {
+			continue
+		}
+		if f.target == target && f.at.Before(now) {
+			reached = true
+		}
+		if !counted {
 			hosts = append(hosts, h)
 		}
 	}
 	n := len(hosts)
-	if n < s.cfg.TargetRuleHosts {
-		return
+	if s.cfg.TargetRuleHosts < 0 || n < s.cfg.TargetRuleHosts {
+		return reached
 	}
 	r.targetFails = nil
 	r.countFailure(UpstreamError, StageTargetConnect, 1)
@@ -261,6 +281,57 @@ func (t *Tracker) targetRule(s *settings, r *Record, now time.Time, target strin
 	r.pending.Store(true)
 	detail := fmt.Sprintf("target failures for %d hosts that other upstreams reach at the same port", n)
 	t.cool(s, r, now, UpstreamError, StageTargetConnect, detail, errors.New(detail), e)
+	return reached
+}
+
+// ReachedElsewhere reports whether a record that skip does not name (nil:
+// any record) reached target, a host:port, within the target-failure
+// rule's window (Config.TargetRuleWindow) before now, and since the
+// latest target failure such a record reported for it. The attempt loop
+// asks it when an attempt failed at the target, skipping the records the
+// request tried: then the target answers others, and the request is tried
+// on another upstream instead of failing. A success from before another
+// upstream failed there does not count: when the target itself goes
+// down, the first request to meet it tries its max_attempts (its own
+// failures are skipped), and the requests after it are not retried (each
+// try would cost the client another attempt, a timeout perhaps, for a
+// target that answers nobody). A target without a port never counts.
+//
+// One lookup in the table of recent successes; nothing is written. Call
+// it on a target failure only.
+func (t *Tracker) ReachedElsewhere(target string, skip func(*Record) bool) bool {
+	if targetHost(target) == target {
+		return false
+	}
+	return t.seen.reachedElsewhere(target, t.clock.Now(), t.settings().cfg.TargetRuleWindow, skip)
+}
+
+// OthersReached records that another record reached f.Target, a
+// host:port, after r failed there with f, a target failure (the attempt
+// loop's next upstream served the same request): r is the one that cannot
+// get there (a TLS front whose proxy hangs, a firewalled exit, a proxy
+// that closes without answering), so it cools for that host:port only,
+// as upstream_error at f's stage with a detail saying that others reach
+// it. It keeps serving other targets, and no client can cool it whole by
+// its choice of target; the target-failure rule, weighed again here,
+// cools it whole once it fails that way at two hosts. Any other f is
+// ignored.
+func (t *Tracker) OthersReached(r *Record, f *Failure) {
+	if f == nil || !f.Class.IsTargetFailure() || targetHost(f.Target) == f.Target {
+		return
+	}
+	t.fail(r, othersReach(f), 0, failReached)
+}
+
+// othersReach is the per-host:port failure of r for f, a target failure at
+// a host:port other records reach (see OthersReached).
+func othersReach(f *Failure) *Failure {
+	why := f.Class.String() + " at " + f.Stage.String()
+	if f.Err != nil {
+		why += ": " + f.Err.Error()
+	}
+	return &Failure{Class: UpstreamError, Stage: f.Stage, Target: f.Target, Scope: ScopePort,
+		Err: fmt.Errorf("other upstreams reach %s (here: %s)", f.Target, why)}
 }
 
 // SucceededWithin reports whether r reported a success (Success,
@@ -309,10 +380,22 @@ const (
 
 type seenEntry struct {
 	by atomic.Pointer[[2]seenBy] // replaced whole, never modified
-	// failed is the latest target failure any record reported for the
-	// host (nil: none since it was added). Failures are rare next to
-	// successes; a success is read against it without a write.
-	failed atomic.Pointer[time.Time]
+	// failed holds the latest target failures of two distinct records
+	// for the host, the last one first (nil: none since it was added),
+	// replaced whole like by. Failures are rare next to successes; a
+	// success is read against them without a write.
+	failed atomic.Pointer[[2]seenBy]
+}
+
+// latest returns the later time of p's two entries (zero for nil).
+func latest(p *[2]seenBy) time.Time {
+	if p == nil {
+		return time.Time{}
+	}
+	if p[1].at.After(p[0].at) {
+		return p[1].at
+	}
+	return p[0].at
 }
 
 type seenBy struct {
@@ -330,10 +413,7 @@ func (s *targetSeen) note(host string, r *Record, now time.Time, fresh time.Dura
 		v = s.add(host)
 	}
 	e := v.(*seenEntry)
-	var failed time.Time
-	if f := e.failed.Load(); f != nil {
-		failed = *f
-	}
+	failed := latest(e.failed.Load())
 	// in reports a success recent enough to stand for this one: less than
 	// fresh ago, and not before the latest failure.
 	in := func(b seenBy) bool { return now.Sub(b.at) < fresh && !b.at.Before(failed) }
@@ -362,11 +442,12 @@ func (s *targetSeen) note(host string, r *Record, now time.Time, fresh time.Dura
 	}
 }
 
-// fail records a target failure for host at now, so that the next
-// success for it is noted whatever the pair holds (see note). A host not
-// in the table is left out: nobody reached it lately, and its first
+// fail records r's target failure for host at now, so that the next
+// success for it is noted whatever the pair holds (see note), and so that
+// reachedElsewhere can tell a success since it from one before. A host
+// not in the table is left out: nobody reached it lately, and its first
 // success is noted anyway.
-func (s *targetSeen) fail(host string, now time.Time) {
+func (s *targetSeen) fail(host string, r *Record, now time.Time) {
 	v, ok := s.m.Load(host)
 	if !ok {
 		return
@@ -374,13 +455,54 @@ func (s *targetSeen) fail(host string, now time.Time) {
 	e := v.(*seenEntry)
 	for {
 		old := e.failed.Load()
-		if old != nil && !old.Before(now) {
-			return
+		var p [2]seenBy
+		if old != nil {
+			p = *old
 		}
-		if e.failed.CompareAndSwap(old, &now) {
+		if p[0].rec == r && !p[0].at.Before(now) || p[1].rec == r && !p[1].at.Before(now) {
+			return // r's failure at now or later is there
+		}
+		keep := p[0] // the other record's latest, as in note
+		if keep.rec == r {
+			keep = p[1]
+		}
+		if e.failed.CompareAndSwap(old, &[2]seenBy{{rec: r, at: now}, keep}) {
 			return
 		}
 	}
+}
+
+// reachedElsewhere reports whether a record skip does not name is known
+// to have reached host (a host:port key) within win before now, and not
+// before the latest target failure such a record reported for it: a
+// success from before another upstream failed there says only that the
+// host was up then (see Tracker.ReachedElsewhere). One lookup; nothing is
+// written.
+func (s *targetSeen) reachedElsewhere(host string, now time.Time, win time.Duration, skip func(*Record) bool) bool {
+	v, ok := s.m.Load(host)
+	if !ok {
+		return false
+	}
+	e := v.(*seenEntry)
+	p := e.by.Load()
+	if p == nil {
+		return false
+	}
+	other := func(b seenBy) bool { return b.rec != nil && (skip == nil || !skip(b.rec)) }
+	since := now.Add(-win)
+	if f := e.failed.Load(); f != nil {
+		for _, b := range f {
+			if other(b) && b.at.After(since) {
+				since = b.at
+			}
+		}
+	}
+	for _, b := range p {
+		if other(b) && !b.at.Before(since) {
+			return true
+		}
+	}
+	return false
 }
 
 // add inserts an empty entry for host (or returns the one another caller

@@ -167,13 +167,20 @@ func SessionID(user, id string) string {
 	return user + "-session-" + id
 }
 
-// Host returns the target host without port.
+// Host returns the target host without port, as per-target cooldowns and
+// bans key it: lower case, without a name's final dot ("H.Example." is
+// h.example, as /report stores it; the address sent upstream keeps the
+// dot).
 func (r Request) Host() string {
 	h, _, err := net.SplitHostPort(r.Addr)
 	if err != nil {
 		return r.Addr
 	}
-	return strings.ToLower(h)
+	h = strings.ToLower(h)
+	if len(h) > 1 && strings.IndexByte(h, ':') < 0 {
+		h = strings.TrimSuffix(h, ".")
+	}
+	return h
 }
 
 // Attempt records one try of one endpoint.
@@ -219,19 +226,43 @@ func failureText(f *health.Failure) string {
 	return f.Stage.String() + ": " + f.Err.Error()
 }
 
+// Unwrap returns the failure of the attempt Last returns.
 func (e *AttemptsError) Unwrap() error {
 	if len(e.Attempts) == 0 {
 		return nil
 	}
-	return e.Attempts[len(e.Attempts)-1].Failure
+	return e.Attempts[e.answer()].Failure
 }
 
-// Last returns the last attempt (zero Attempt when none).
+// Last returns the attempt whose failure answers the client (zero Attempt
+// when none): the last one, unless it failed on its upstream itself after
+// an earlier attempt met a target failure, which is then the answer. A
+// target failure is retried on another upstream when others reach the
+// target (see Attempts.Failed); when that one fails on its own (its
+// proxy refuses the connection, say), what the client learns of its
+// target is still the target's error (target_unreachable, SOCKS5 reply 5;
+// target_timeout, 504), as when no retry was made.
 func (e *AttemptsError) Last() Attempt {
 	if len(e.Attempts) == 0 {
 		return Attempt{}
 	}
-	return e.Attempts[len(e.Attempts)-1]
+	return e.Attempts[e.answer()]
+}
+
+// answer is the index of Last's attempt in a non-empty e.Attempts. A last
+// failure of no class (the client's request, rotor's own machine) or of
+// the target is the answer.
+func (e *AttemptsError) answer() int {
+	n := len(e.Attempts) - 1
+	if f := e.Attempts[n].Failure; f == nil || f.Class == health.ClassNone || f.Class.IsTargetFailure() {
+		return n
+	}
+	for i := n - 1; i >= 0; i-- {
+		if f := e.Attempts[i].Failure; f != nil && f.Class.IsTargetFailure() {
+			return i
+		}
+	}
+	return n
 }
 
 // Lease is an established connection through one endpoint. The caller owns
@@ -285,8 +316,10 @@ func (l *Lease) Done() {
 //
 // A failure before the client has been answered is retried transparently
 // on another endpoint, up to pool.max_attempts distinct endpoints. Target
-// failures reported by a healthy upstream (target unreachable or timed out)
-// are returned at once: another upstream would meet the same target. When
+// failures reported by an upstream (target unreachable or timed out) are
+// returned at once, another upstream would meet the same target, unless
+// another upstream reached that host:port lately: then this one is the
+// one that cannot get there, and another is tried (see Attempts.Failed). When
 // no endpoint is eligible and none has been tried, Dial waits up to
 // pool.wait_for_upstream, woken by the tracker as soon as one becomes
 // eligible (or by a slot freeing on a saturated endpoint), then returns an
@@ -297,6 +330,7 @@ func (l *Lease) Done() {
 func (p *Pool) Dial(ctx context.Context, req Request) (*Lease, error) {
 	start := p.clock.Now()
 	a := p.NewAttempts(req)
+	a.Replayable() // nothing is sent to the target before the tunnel is up
 	for {
 		e, err := a.Next(ctx)
 		if err != nil {
@@ -362,11 +396,16 @@ type Attempts struct {
 	overflow bool
 	queued   bool
 	// replayable is set (Replayable) for a request that may be sent to
-	// another upstream after it reached one (an idempotent plain-HTTP
-	// request whose body is held); slow holds such a request's first
-	// slow_body at first_byte until a second upstream shows whose it is.
+	// another upstream after it reached one (a tunnel before its answer,
+	// an idempotent plain-HTTP request whose body is held); slow holds
+	// such a request's first slow_body at first_byte until a second
+	// upstream shows whose it is.
 	replayable bool
 	slow       *heldFailure
+	// reached holds the target failures of this request that were retried
+	// because others reach the target (see Failed): when a later attempt
+	// reaches it, each of those upstreams cools for it (OthersReached).
+	reached []heldFailure
 }
 
 // heldFailure is a failure not yet reported to e's record.
@@ -376,13 +415,38 @@ type heldFailure struct {
 }
 
 // Replayable says the request may be retried after it reached an
-// upstream. Then a first silence (slow_body at first_byte) is held back:
-// if another upstream answers the same request, the first one was slow
-// and is reported; if a second one is silent too, the target is slow:
-// neither is blamed, and the client gets target_timeout (504) instead of
-// a third try. Before, one slow page cooled every upstream it was retried
-// on, and a pool of a few went 503 for everyone.
+// upstream: a tunnel before its answer (Dial), or an idempotent plain-HTTP
+// request whose body is held. Then a first silence (slow_body at
+// first_byte) is held back: if another upstream answers the same request,
+// the first one was slow and is reported; if a second one is silent too,
+// the target is slow: neither is blamed, and the client gets
+// target_timeout (504) instead of a third try. Before, one slow page
+// cooled every upstream it was retried on, and a pool of a few went 503
+// for everyone. And a target failure at a host:port other upstreams
+// reach is retried on another upstream (see Failed); a request that is
+// not replayable gets it as its answer.
 func (a *Attempts) Replayable() { a.replayable = true }
+
+// othersReached cools, for this request's target only, each upstream
+// whose target failure was retried (see Failed), once e reached the
+// target: another upstream did get there (health.Tracker.OthersReached).
+func (a *Attempts) othersReached() {
+	for _, h := range a.reached {
+		a.p.tr.OthersReached(h.e.rec, h.f)
+	}
+	a.reached = nil
+}
+
+// triedRecord reports whether r is the record of an endpoint this request
+// tried (the one that just failed included).
+func (a *Attempts) triedRecord(r *health.Record) bool {
+	for _, t := range a.tried {
+		if t.rec == r {
+			return true
+		}
+	}
+	return false
+}
 
 // flushSlow reports the held failure, if any.
 func (a *Attempts) flushSlow() {
@@ -745,6 +809,9 @@ func (a *Attempts) Succeeded(e *Endpoint) { a.succeeded(e, false) }
 func (a *Attempts) succeeded(e *Endpoint, hold bool) {
 	a.flushSlow()
 	a.p.tr.SuccessTarget(e.rec, a.key)
+	if a.reached != nil {
+		a.othersReached() // after the success, which the target rule reads
+	}
 	a.bindSession(e, hold)
 }
 
@@ -756,6 +823,9 @@ func (a *Attempts) succeeded(e *Endpoint, hold bool) {
 // the report restarted both: every ban was a first ban.)
 func (a *Attempts) Answered(e *Endpoint) {
 	a.flushSlow()
+	if a.reached != nil {
+		a.othersReached() // the target answered e: it is reachable
+	}
 	a.bindSession(e, false)
 }
 
@@ -779,6 +849,18 @@ func (a *Attempts) bindSession(e *Endpoint, hold bool) {
 // the client or rotor's own machine caused (noOnesFault: reported to no
 // record).
 //
+// A target failure (target_unreachable, target_timeout) at a host:port
+// another upstream reached lately (health.Tracker.ReachedElsewhere: within
+// the target rule's window, since the last target failure another
+// upstream reported there, the upstreams this request tried left out)
+// says this upstream cannot get there, not that the target is down: a
+// TLS front whose proxy hangs, a silent http:// proxy, one that closes a
+// plain-HTTP request unanswered, a firewalled SOCKS5 exit answering REP 5.
+// It is reported as a target failure, and a replayable request (see
+// Replayable) goes on to another upstream; when one of them then reaches
+// the target, e cools for that host:port only (othersReached). One lookup
+// in the tracker's table of recent successes, on target failures only.
+//
 // Before reporting, it completes what the dialers and the gateway could
 // not know (classify.go): a proxy's answer to a plain-HTTP request
 // (plainAnswer), an address type the upstream lacks for this target
@@ -799,6 +881,7 @@ func (a *Attempts) Failed(ctx context.Context, e *Endpoint, err error) error {
 	f = forAddrType(plainAnswer(f), a.host)
 	var tw *targetWaitError
 	if f.Class == health.Timeout && errors.As(f, &tw) && p.tr.SucceededWithin(e.rec, aliveWindow) {
+		tw.servedLately() // its text says whose wait it is, as the class does
 		f = &health.Failure{Class: health.TargetTimeout, Stage: health.StageTargetConnect, Target: f.Target, Err: f.Err}
 	}
 	if noOnesFault(f) {
@@ -835,6 +918,9 @@ func (a *Attempts) Failed(ctx context.Context, e *Endpoint, err error) error {
 		return &AttemptsError{Attempts: a.list}
 	}
 	a.flushSlow()
+	// Asked before the failure is reported: the answer is about the
+	// others, and this failure is no evidence for or against them.
+	retry := f.Class.IsTargetFailure() && a.replayable && p.tr.ReachedElsewhere(a.key, a.triedRecord)
 	if f.Class == health.AuthRejected && e.credsReplaced.Load() {
 		// The dial used the password a reload replaced meanwhile: its
 		// rejection must not cool the upstream the new one serves.
@@ -844,7 +930,10 @@ func (a *Attempts) Failed(ctx context.Context, e *Endpoint, err error) error {
 	}
 	a.list = append(a.list, Attempt{Upstream: e.Name, Failure: f})
 	if f.Class.IsTargetFailure() {
-		return &AttemptsError{Attempts: a.list}
+		if !retry {
+			return &AttemptsError{Attempts: a.list}
+		}
+		a.reached = append(a.reached, heldFailure{e: e, f: f})
 	}
 	return nil
 }

@@ -135,8 +135,11 @@ func readFull(c net.Conn, b []byte) (int, error) {
 
 // TestFailedTargetWait: an http:// upstream gives no sign of life before
 // its answer to CONNECT. A silent one that served a tunnel within the last
-// minute is waiting for the target (target_timeout, not cooled, no other
-// upstream tried); one that did not is a silent proxy (timeout at
+// minute may be waiting for the target (target_timeout, not cooled
+// whole); here the other upstream reached that target seconds before, so
+// the next upstream is tried, serves, and the silent one cools for that
+// host:port only (a hung proxy used to fail one tunnel in two for a
+// minute). One that did not serve lately is a silent proxy (timeout at
 // proxy_handshake, cooled, the next upstream tried).
 func TestFailedTargetWait(t *testing.T) {
 	target := upstreamtest.NewTarget(t)
@@ -171,12 +174,23 @@ func TestFailedTargetWait(t *testing.T) {
 			l, err := p.Dial(context.Background(), Request{Addr: target.Addr(), Tags: []string{"x"}})
 			s := snapshot(t, p, tr, "http")
 			if served {
-				_, f := lastFailure(t, err)
-				if f.Class != health.TargetTimeout || f.Stage != health.StageTargetConnect {
-					t.Fatalf("failure %s/%s, want target_timeout/target_connect (%v)", f.Class, f.Stage, err)
+				if err != nil {
+					t.Fatalf("the other upstream, which reached the target, was not tried: %v", err)
+				}
+				l.Conn.Close()
+				l.Done()
+				if len(l.Attempts) != 1 || l.Attempts[0].Upstream != "http" {
+					t.Fatalf("attempts %+v, want the silent http upstream's", l.Attempts)
+				}
+				if f := l.Attempts[0].Failure; f.Class != health.TargetTimeout || f.Stage != health.StageTargetConnect {
+					t.Fatalf("failure %s/%s, want target_timeout/target_connect (%v)", f.Class, f.Stage, f)
 				}
 				if s.State != health.Eligible {
-					t.Errorf("a silent CONNECT on an upstream that just served cooled it: %v", s.State)
+					t.Errorf("a silent CONNECT on an upstream that just served cooled it whole: %v", s.State)
+				}
+				if len(s.Targets) != 1 || s.Targets[0].Host != target.Addr() || s.Targets[0].Reason != health.UpstreamError ||
+					s.Targets[0].Stage != health.StageTargetConnect {
+					t.Errorf("per-target cooldowns %+v, want upstream_error/target_connect for %s only", s.Targets, target.Addr())
 				}
 				return
 			}

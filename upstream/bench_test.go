@@ -32,7 +32,7 @@ func benchPool(b *testing.B, strategy string, n int, cooling bool) *testPool {
 	tp := newTestPool(b, PoolConfig{Strategy: strategy}, nil, sp...)
 	for i, e := range tp.Endpoints() {
 		if strategy == "lowest-latency" {
-			e.ld.lat.Store(int64(1000 + i%997))
+			e.ld.lat.Store(packLat(uint64(1000+i%997), latSecond(e.clock.Now())))
 		}
 		if cooling && i%10 != 0 {
 			tp.Report(e, &health.Failure{Class: health.Refused, Stage: health.StageDial, Err: errors.New("refused")})

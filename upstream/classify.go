@@ -69,7 +69,13 @@ import (
 // has no greeting, and a pipelined SOCKS5 handshake may have been dropped
 // half-way: there the dialer says timeout at proxy_handshake, and the
 // attempt loop makes it target_timeout at target_connect when the
-// upstream served a tunnel within the last minute (aliveWindow).
+// upstream served a tunnel within the last minute (aliveWindow). Neither
+// proof of life is sure (a TLS front such as stunnel completes TLS while
+// the proxy behind it hangs; a proxy may hang right after serving), so
+// the attempt loop retries any target failure elsewhere when another
+// upstream reached that host:port lately, and the upstream whose failure
+// it was cools for that host:port once another one reaches it (see
+// Attempts.Failed).
 //
 // (3) An address type the upstream cannot reach (ErrAddrType): REP 8
 // always; for an IPv6 literal target also REP 3, squid ERR_CONNECT_FAIL
@@ -124,15 +130,31 @@ var ErrAddrType = errors.New("the upstream cannot reach this address type")
 
 // targetWaitError is a deadline hit while waiting for the proxy's answer
 // to CONNECT, that is while the proxy was reaching the target (see (2)
-// above). alive is set when the proxy answered on this connection before.
+// above). alive is set when the proxy answered on this connection before;
+// lately when the attempt loop found that the upstream served a tunnel
+// within aliveWindow (servedLately). Either makes the wait the target's
+// (target_timeout); without them it is the proxy's timeout at
+// proxy_handshake, and the text (the history's detail) says so: it used
+// to blame the target whatever the class said.
 type targetWaitError struct {
-	alive bool
-	err   error
+	alive  bool
+	lately bool
+	err    error
 }
 
 func (e *targetWaitError) Error() string {
-	return "no answer while the proxy reaches the target: " + e.err.Error()
+	switch {
+	case e.lately:
+		return "no answer while the proxy reaches the target (the upstream served a tunnel within the last minute): " + e.err.Error()
+	case e.alive:
+		return "no answer while the proxy reaches the target: " + e.err.Error()
+	}
+	return "the proxy did not answer CONNECT: " + e.err.Error()
 }
+
+// servedLately marks e as the wait of an upstream that served a tunnel
+// within aliveWindow, which the attempt loop classifies as the target's.
+func (e *targetWaitError) servedLately() { e.lately = true }
 
 func (e *targetWaitError) Unwrap() error { return e.err }
 
@@ -239,6 +261,21 @@ func PlainAnswer(ce *ConnectStatusError) *health.Failure {
 		return &health.Failure{Class: c, Stage: s, Scope: health.ScopeTarget, Err: &pc}
 	}
 	return &health.Failure{Class: health.UpstreamError, Stage: health.StageHTTPStatus, Scope: health.ScopeTarget, Err: &pc}
+}
+
+// PlainStatusError is the *ConnectStatusError (Plain set) of e's own
+// error answer to a forwarded plain-HTTP request, its peer text through
+// PeerText with e's secrets (its password and Proxy-Authorization token),
+// as readConnectResponse does for an answer to CONNECT: ConnectStatusError's
+// Error hides every credential it can recognise, but only the caller knows
+// its own password, which a proxy that checks it can echo too. This text
+// goes into logs, the record's history and the client's 502.
+func (e *Endpoint) PlainStatusError(code int, status, squidError string) *ConnectStatusError {
+	var secrets []string
+	if d, ok := e.dialer.(*connectDialer); ok {
+		secrets = d.secrets()
+	}
+	return &ConnectStatusError{StatusCode: code, Status: PeerText(status, secrets...), SquidError: PeerText(squidError, secrets...), Plain: true}
 }
 
 // plainAnswer re-classifies a failure the gateway's plain-HTTP forward
@@ -371,7 +408,7 @@ func (e *ConnectStatusError) classify() (health.Class, health.Stage) {
 // policyRefusal reports a 403 answering CONNECT that is not an
 // authentication problem (squid's ERR_CACHE_ACCESS_DENIED is auth_rejected).
 func (e *ConnectStatusError) policyRefusal() bool {
-	if e.StatusCode != 403 {
+	if e.StatusCode != 403 || strings.HasPrefix(e.SquidError, "ERR_TOO_BIG") { // an answer body over reply_body_max_size
 		return false
 	}
 	c, _ := e.classify()
@@ -400,9 +437,10 @@ func (e *ConnectStatusError) rejectsRequest() bool {
 		return true
 	case "ERR_TOO_BIG":
 		// 413/414: the request was; 502: the target's answer head was
-		// over squid's reply_header_max_size, which another upstream
-		// may well fetch.
-		return e.StatusCode < 500
+		// over squid's reply_header_max_size, and 403 its body over
+		// reply_body_max_size (bug: taken for the client's request):
+		// another upstream may well fetch those.
+		return e.StatusCode == 413 || e.StatusCode == 414
 	}
 	switch code := e.StatusCode; {
 	case !e.Plain, code < 400, code > 499:
@@ -460,24 +498,30 @@ func TargetReplyCode(err error) (code byte, ok bool) {
 }
 
 // RefusalReplyCode returns the SOCKS5 reply code for an upstream's refusal
-// of one destination (class upstream_error with scope target): 8 address
-// type not supported for ErrAddrType, a SOCKS5 upstream's own code (1 or
-// 2), else 2 connection not allowed by ruleset (a policy refusal). ok is
-// false for any other err, including other failures scoped to their
-// target (a slow body on direct).
+// of one destination (class upstream_error scoped to it): 8 address type
+// not supported for ErrAddrType, a SOCKS5 upstream's own code (1 or 2),
+// else 2 connection not allowed by ruleset for a policy refusal (scope
+// port: CONNECT 403, squid's 403 to a forwarded request). ok is false for
+// any other err, including other failures scoped to their target: a
+// proxy's other error answers to a forwarded request (squid's 502
+// ERR_TOO_BIG, 503 ERR_SHUTTING_DOWN: no policy of the proxy's refused
+// them, and a client told 403 / REP 2 would look for one) and a slow
+// body on direct.
 func RefusalReplyCode(err error) (code byte, ok bool) {
 	var f *health.Failure
 	if !errors.As(err, &f) || f.Scope != health.ScopeTarget && f.Scope != health.ScopePort || f.Class != health.UpstreamError {
 		return 0, false
 	}
-	if errors.Is(err, ErrAddrType) {
-		return 8, true
-	}
 	var re *ReplyError
-	if errors.As(err, &re) {
+	switch {
+	case errors.Is(err, ErrAddrType):
+		return 8, true
+	case errors.As(err, &re):
 		return re.Code, true
+	case f.Scope == health.ScopePort:
+		return 2, true
 	}
-	return 2, true
+	return 0, false
 }
 
 // ClientFault reports an error the client's request caused, not the

@@ -193,6 +193,7 @@ func TestPlainAnswer(t *testing.T) {
 		// The target's answer head over squid's limit: not the client's
 		// request (it was answered as one, and never retried elsewhere).
 		{"squid answer too big", ConnectStatusError{StatusCode: 502, Status: "502 Bad Gateway", SquidError: "ERR_TOO_BIG 0"}, health.UpstreamError, health.StageHTTPStatus, true, false},
+		{"squid answer body too big", ConnectStatusError{StatusCode: 403, Status: "403 Forbidden", SquidError: "ERR_TOO_BIG 0"}, health.UpstreamError, health.StageHTTPStatus, true, false},
 		{"squid other 4xx", ConnectStatusError{StatusCode: 411, Status: "411 Length Required", SquidError: "ERR_INVALID_REQ 0"}, health.ClassNone, health.StageHTTPStatus, false, true},
 		{"squid 429", ConnectStatusError{StatusCode: 429, Status: "429 Too Many Requests", SquidError: "ERR_X 0"}, health.UpstreamError, health.StageHTTPStatus, true, false},
 		{"squid cache access denied", ConnectStatusError{StatusCode: 407, Status: "407 Proxy Authentication Required", SquidError: "ERR_CACHE_ACCESS_DENIED 0"}, health.AuthRejected, health.StageProxyAuth, true, false},
@@ -316,5 +317,54 @@ func TestCheckTarget(t *testing.T) {
 		if _, _, err := checkTarget(addr); !errors.Is(err, ErrInvalidTarget) {
 			t.Errorf("checkTarget(%q) = %v, want ErrInvalidTarget", addr, err)
 		}
+	}
+}
+
+// TestRefusalReplyCode: only a policy refusal of one destination (REP 2,
+// a 403 answering CONNECT, squid's 403 to a forwarded request) is told as
+// REP 2 / 403. Every other upstream_error scoped to one host got code 2
+// by default: squid's 502 ERR_TOO_BIG (the target's answer head over its
+// reply_header_max_size), 503 ERR_SHUTTING_DOWN, any other tagged 5xx or
+// 429 to a forwarded request reached the client as 403 "refuses this
+// destination by its policy".
+func TestRefusalReplyCode(t *testing.T) {
+	connect := func(code int, status, tag string) *health.Failure {
+		return Classify(&ConnectStatusError{StatusCode: code, Status: status, SquidError: tag}, health.StageProxyHandshake)
+	}
+	plain := func(code int, status, tag string) *health.Failure {
+		return PlainAnswer(&ConnectStatusError{StatusCode: code, Status: status, SquidError: tag})
+	}
+	tests := []struct {
+		name string
+		f    *health.Failure
+		code byte // 0: not a refusal of one destination
+	}{
+		{"socks rep 2", Classify(&ReplyError{Code: 2}, health.StageTargetConnect), 2},
+		{"socks rep 1", Classify(&ReplyError{Code: 1}, health.StageTargetConnect), 1},
+		{"socks rep 8", Classify(&ReplyError{Code: 8}, health.StageTargetConnect), 8},
+		{"connect 403", connect(403, "403 Forbidden", ""), 2},
+		{"connect 403 squid access denied", connect(403, "403 Forbidden", "ERR_ACCESS_DENIED 0"), 2},
+		{"connect 502", connect(502, "502 Bad Gateway", ""), 0},
+		{"connect 503 squid shutting down", connect(503, "503 Service Unavailable", "ERR_SHUTTING_DOWN 0"), 0},
+		{"connect 429", connect(429, "429 Too Many Requests", ""), 0},
+		{"plain 403 squid access denied", plain(403, "403 Forbidden", "ERR_ACCESS_DENIED 0"), 2},
+		{"plain 502 squid too big", plain(502, "502 Bad Gateway", "ERR_TOO_BIG 0"), 0},
+		{"plain 500 squid other", plain(500, "500 Internal Server Error", "ERR_FOO 0"), 0},
+		{"plain 503 squid shutting down", plain(503, "503 Service Unavailable", "ERR_SHUTTING_DOWN 0"), 0},
+		{"plain 429 squid", plain(429, "429 Too Many Requests", "ERR_FOO 0"), 0},
+		{"plain 407", plain(407, "407 Proxy Authentication Required", ""), 0},
+		{"plain via the attempt loop", plainAnswer(&health.Failure{Class: health.UpstreamError, Stage: health.StageHTTPStatus, Scope: health.ScopeTarget,
+			Err: &ConnectStatusError{StatusCode: 502, Status: "502 Bad Gateway", SquidError: "ERR_TOO_BIG 0", Plain: true}}), 0},
+		{"ipv6 through ipv4-only squid", forAddrType(connect(503, "503 Service Unavailable", "ERR_CONNECT_FAIL 101"), "::1"), 8},
+		{"slow body scoped to its target", &health.Failure{Class: health.SlowBody, Stage: health.StageFirstByte, Scope: health.ScopeTarget, Err: io.EOF}, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := &AttemptsError{Attempts: []Attempt{{Upstream: "up", Failure: tt.f}}}
+			code, ok := RefusalReplyCode(err)
+			if code != tt.code || ok != (tt.code != 0) {
+				t.Errorf("RefusalReplyCode = %d, %v; want %d, %v (%v)", code, ok, tt.code, tt.code != 0, tt.f)
+			}
+		})
 	}
 }

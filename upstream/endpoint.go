@@ -155,32 +155,74 @@ type load struct {
 	// Attempts.Failed or Pool.Release (or by the pick itself when a later
 	// check refuses).
 	active atomic.Int64
-	// lat is the smoothed (EWMA, alpha 1/4) dial+handshake latency in
-	// nanoseconds; 0 means no sample yet.
-	lat atomic.Int64
+	// lat is the smoothed dial+handshake latency and the time of its last
+	// sample, in one word (see latWord) so that they change together and a
+	// load stays 16 bytes, four to a cache line for least-conn. 0 means no
+	// sample: none yet, or none since the endpoint was seen out (see
+	// lowestLatency), so that an upstream back from cooling is measured
+	// afresh.
+	lat atomic.Uint64
 }
+
+// A latency word holds the smoothed latency in microseconds (at least 1)
+// in its high 32 bits and the clock's Unix second of the last sample in
+// its low 32 (compared by difference, so its wrap in 2106 is harmless).
+// Microseconds are finer than any proxy's set-up time varies, and 32 bits
+// of them (71 minutes) exceed any handshake timeout.
+type latWord = uint64
+
+func packLat(us uint64, at uint32) latWord { return us<<32 | latWord(at) }
+
+// latUS returns w's latency in microseconds, 0 for no sample.
+func latUS(w latWord) uint64 { return w >> 32 }
+
+// latAt returns the second of w's last sample.
+func latAt(w latWord) uint32 { return uint32(w) }
+
+// latSecond is t as a latency word's sample time.
+func latSecond(t time.Time) uint32 { return uint32(t.Unix()) }
 
 // Active returns the number of open tunnels through e.
 func (e *Endpoint) Active() int64 { return e.ld.active.Load() }
 
 // Latency returns e's smoothed dial+handshake latency, 0 when unknown.
-func (e *Endpoint) Latency() time.Duration { return time.Duration(e.ld.lat.Load()) }
+func (e *Endpoint) Latency() time.Duration {
+	return time.Duration(latUS(e.ld.lat.Load())) * time.Microsecond
+}
 
-// latencyAlphaShift sets the EWMA weight of a new sample to 1/2^shift:
-// 1/4 follows a real change within a handful of tunnels while one slow
-// handshake moves the average by a quarter only.
-const latencyAlphaShift = 2
+// Smoothing. A sample is one dial + proxy handshake, and for a SOCKS5 or
+// CONNECT tunnel the proxy's answer waits on its connect to the target:
+// one slow target (3 s to accept) is one huge sample against a proxy that
+// is fast. Unbounded, it moved a 2 ms proxy's average to 750 ms at once,
+// and lowest-latency left it for a 150 ms one (issue: 1000 requests went
+// slow after one such tunnel). So a sample counts at most latencyClip
+// times the current average: one outlier raises it by a quarter at most,
+// while a real slow-down still shows within a few tunnels (each adds up
+// to 25%). A faster sample is taken as it is: a proxy is never faster
+// than it can be.
+//
+// An average whose last sample is over latencyStale seconds old is
+// replaced, not blended: it says little about the upstream now (it
+// cooled, was disabled, or simply was not picked), and lowest-latency
+// explores such upstreams again (see lowestLatency).
+const (
+	latencyAlphaShift = 2 // a new sample weighs 1/2^shift: 1/4
+	latencyClip       = 2
+	latencyStale      = 30 // seconds
+	latencyMaxUS      = 1<<31 - 1
+)
 
-// observeLatency folds one dial+handshake duration into e's EWMA.
+// observeLatency folds one dial+handshake duration into e's average.
 func (e *Endpoint) observeLatency(d time.Duration) {
-	x := max(int64(d), 1) // 0 is reserved for "unknown"
+	now := latSecond(e.clock.Now())
+	x := min(max(d.Microseconds(), 1), latencyMaxUS) // 0 is reserved for "unknown"
 	for {
-		old := e.ld.lat.Load()
+		w := e.ld.lat.Load()
 		next := x
-		if old != 0 {
-			next = max(old+(x-old)>>latencyAlphaShift, 1)
+		if old := int64(latUS(w)); old != 0 && now-latAt(w) <= latencyStale {
+			next = max(old+(min(x, old*latencyClip)-old)>>latencyAlphaShift, 1)
 		}
-		if e.ld.lat.CompareAndSwap(old, next) {
+		if e.ld.lat.CompareAndSwap(w, packLat(uint64(next), now)) {
 			return
 		}
 	}

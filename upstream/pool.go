@@ -304,6 +304,7 @@ func (p *Pool) Update(specs []Spec) (added, removed []string, err error) {
 	names := specNames(specs)
 	next := make([]*Endpoint, 0, len(specs))
 	keys := make(map[string]bool, len(specs))
+	var creds []*health.Record // records whose credentials changed
 	for i, s := range specs {
 		if err := ValidateURL(s.URL); err != nil {
 			return nil, nil, err
@@ -355,7 +356,7 @@ func (p *Pool) Update(specs []Spec) (added, removed []string, err error) {
 		e.rec = p.tr.Add(key, e.Name, d, s.Disabled)
 		if old != nil && old.URL.User.String() != s.URL.User.String() {
 			old.credsReplaced.Store(true)
-			p.tr.CredentialsChanged(e.rec)
+			creds = append(creds, e.rec)
 		}
 		next = append(next, e)
 	}
@@ -376,6 +377,13 @@ func (p *Pool) Update(specs []Spec) (added, removed []string, err error) {
 	s := newSet(next)
 	s.bind(p.tr)
 	p.set.Store(s)
+	// Only now, with the endpoints that dial with the new credentials in
+	// place: a record probed with them and passing before (bug) woke
+	// waiters that picked the old endpoint and dialled with the old
+	// password, failing auth_rejected.
+	for _, r := range creds {
+		p.tr.CredentialsChanged(r)
+	}
 	if p.lines.active() {
 		// A new max_conns or rate may leave room now: the clients at the
 		// head of a line look (each passes it on when it is served).

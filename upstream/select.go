@@ -1,13 +1,11 @@
 package upstream
 
 import (
-	"cmp"
 	"fmt"
 	"math"
 	"math/bits"
 	"math/rand/v2"
 	"slices"
-	"sync"
 	"sync/atomic"
 
 	"github.com/rotor-proxy/rotor/health"
@@ -331,33 +329,16 @@ const (
 // shut, stepped past like refused ones), on their own cursor, one per tag
 // set: on one shared cursor, clients asking for different tags alternately
 // used up each other's steps and locked into a fixed pattern (tag a always
-// got the same upstream of three). At most maxTagCursors tag sets get one
-// (tags come from clients); further ones share the untagged cursor.
+// got the same upstream of three). The cursor is the view's (view.rr), so
+// it is kept exactly as long as the view: a tag set no upstream carries
+// gets none, and a reload starts afresh. A tag set whose view the set does
+// not keep (past maxTagViews) shares the untagged cursor. Issue: the
+// cursors were the strategy's, one for every tag set asked for, the first
+// 4096 for good, typos included (scraper-tag-bogus1, bogus2, …), so after
+// a typo loop every tag set added later shared the untagged cursor, and
+// two of them alternating each got one upstream of two.
 type roundRobin struct {
-	cursor  atomic.Uint64
-	byTags  sync.Map // tag key → *atomic.Uint64
-	tagSets atomic.Int64
-}
-
-// maxTagCursors bounds the round-robin cursors kept for tag sets.
-const maxTagCursors = 4096
-
-// cursorFor returns the cursor for the tag set named key ("" for none).
-func (r *roundRobin) cursorFor(key string) *atomic.Uint64 {
-	if key == "" {
-		return &r.cursor
-	}
-	if c, ok := r.byTags.Load(key); ok {
-		return c.(*atomic.Uint64)
-	}
-	if r.tagSets.Load() >= maxTagCursors {
-		return &r.cursor
-	}
-	c, loaded := r.byTags.LoadOrStore(key, new(atomic.Uint64))
-	if !loaded {
-		r.tagSets.Add(1)
-	}
-	return c.(*atomic.Uint64)
+	cursor atomic.Uint64
 }
 
 func (r *roundRobin) pick(s *set, a admitter) *Endpoint {
@@ -365,10 +346,17 @@ func (r *roundRobin) pick(s *set, a admitter) *Endpoint {
 	if n == 0 {
 		return nil
 	}
-	_, key := a.tagSet()
-	cursor := r.cursorFor(key)
-	if list := s.viewOf(a).restricted(); list != nil {
-		return rrList(s, list, cursor, a)
+	cursor := &r.cursor
+	if v := s.viewOf(a); v != nil {
+		if len(v.idx) == 0 {
+			return nil // no endpoint has the tags
+		}
+		if v.kept {
+			cursor = &v.rr
+		}
+		if list := v.restricted(); list != nil {
+			return rrList(s, list, cursor, a)
+		}
 	}
 	// Steps: at most one per endpoint in, so that a pick every endpoint
 	// refuses ends; then a walk, for the gates that ask (an old snapshot)
@@ -679,110 +667,4 @@ func connRank(ld *load, maxConns int64) int64 {
 		return math.MaxInt64
 	}
 	return n
-}
-
-// Lowest-latency tuning.
-const (
-	// latencySwitch: the current choice is kept until a candidate's
-	// smoothed latency is below latencySwitch/latencySwitchDiv of its own
-	// (more than 20% better), so two endpoints of similar speed do not
-	// make traffic flap between them.
-	latencySwitch    = 4
-	latencySwitchDiv = 5
-	// latencyExploreEvery: one pick in this many tries a sampled endpoint
-	// whose latency is still unknown, so new and recovered endpoints get
-	// measured without costing much.
-	latencyExploreEvery = 16
-)
-
-// lowestLatency prefers the endpoint with the lowest smoothed dial +
-// handshake latency (Endpoint.Latency, recorded by Pool.Dial). It keeps a
-// current choice and compares it with a sample of sampleSize candidates per
-// pick (the whole pool up to fullScan), so a pick is O(1) and a large pool
-// converges to its fastest endpoints over successive picks rather than
-// scanning all of them each time. Hysteresis (latencySwitch) stops flapping;
-// the current choice is replaced at once when it is not admitted.
-type lowestLatency struct {
-	cur   atomic.Pointer[latencyChoice]
-	picks atomic.Uint64
-}
-
-// latencyChoice is the current choice, an index into the set it was made
-// in: a choice from an older set (before a reload) is ignored.
-type latencyChoice struct {
-	s *set
-	i int
-}
-
-func (l *lowestLatency) pick(s *set, a admitter) *Endpoint {
-	v := s.viewOf(a)
-	list := v.restricted()
-	n := len(s.eps)
-	if list != nil {
-		n = len(list)
-	}
-	if n == 0 {
-		return nil
-	}
-	// A request with tags samples its view and keeps its own choice
-	// there: the pool's is usually not among its endpoints.
-	cur := -1
-	if list != nil {
-		cur = int(v.latency.Load()) - 1
-	} else if c := l.cur.Load(); c != nil && c.s == s {
-		cur = c.i
-	}
-	var buf [fullScan]int
-	c := sample(s, list, &buf, sampleSize)
-	best, unknown := -1, -1
-	var bestLat int64
-	for _, i := range c {
-		switch lat := s.lds[i].lat.Load(); {
-		case lat == 0:
-			if unknown < 0 {
-				unknown = i
-			}
-		case best < 0 || lat < bestLat:
-			best, bestLat = i, lat
-		}
-	}
-	explore := l.picks.Add(1)%latencyExploreEvery == 0
-	if unknown >= 0 && (explore || best < 0 && cur < 0) && a.admit(s, unknown) {
-		return s.eps[unknown]
-	}
-	if cur >= 0 && (best < 0 || best == cur ||
-		bestLat*latencySwitchDiv >= s.lds[cur].lat.Load()*latencySwitch) && a.admit(s, cur) {
-		return s.eps[cur]
-	}
-	if best >= 0 && a.admit(s, best) {
-		switch {
-		case best == cur:
-		case list != nil:
-			v.latency.Store(int32(best + 1))
-		default:
-			l.cur.Store(&latencyChoice{s: s, i: best})
-		}
-		return s.eps[best]
-	}
-	// Neither the choice nor the best sampled is admitted: any sampled
-	// endpoint, fastest known first, then anything.
-	slices.SortFunc(c, func(x, y int) int {
-		lx, ly := s.lds[x].lat.Load(), s.lds[y].lat.Load()
-		if lx == 0 {
-			lx = 1 << 62
-		}
-		if ly == 0 {
-			ly = 1 << 62
-		}
-		return cmp.Compare(lx, ly)
-	})
-	for _, i := range c {
-		if i != best && i != cur && a.admit(s, i) {
-			return s.eps[i]
-		}
-	}
-	if n <= fullScan {
-		return nil
-	}
-	return randomPick{}.pick(s, a)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/rotor-proxy/rotor/health"
+	"github.com/rotor-proxy/rotor/health/healthtest"
 )
 
 // counts picks n times (each tunnel released at once) and counts the
@@ -253,13 +254,16 @@ func TestLeastConnPrefersIdle(t *testing.T) {
 	})
 }
 
-// setLatency feeds d directly as e's smoothed latency.
+// setLatency feeds d directly as e's smoothed latency, sampled now.
 func (tp *testPool) setLatency(name string, d time.Duration) {
-	tp.Lookup(name).ld.lat.Store(int64(d))
+	e := tp.Lookup(name)
+	e.ld.lat.Store(packLat(uint64(d.Microseconds()), latSecond(e.clock.Now())))
 }
 
 func TestLowestLatencyPrefersFasterWithHysteresis(t *testing.T) {
-	tp := newTestPool(t, PoolConfig{Strategy: "lowest-latency", WaitForUpstream: time.Millisecond}, nil, specs("slow", "fast", "mid")...)
+	// A clock that stands still: the figures never need re-measuring.
+	clock := healthtest.NewClock(time.Time{})
+	tp := newTestPool(t, PoolConfig{Strategy: "lowest-latency", WaitForUpstream: time.Millisecond}, clock, specs("slow", "fast", "mid")...)
 	tp.setLatency("slow", 80*time.Millisecond)
 	tp.setLatency("fast", 10*time.Millisecond)
 	tp.setLatency("mid", 30*time.Millisecond)
@@ -303,21 +307,38 @@ func TestLowestLatencyColdStartSpreads(t *testing.T) {
 }
 
 func TestObserveLatencySmooths(t *testing.T) {
-	tp := newTestPool(t, PoolConfig{}, nil, specs("a")...)
+	clock := healthtest.NewClock(time.Time{})
+	tp := newTestPool(t, PoolConfig{}, clock, specs("a")...)
 	e := tp.Lookup("a")
 	e.observeLatency(100 * time.Millisecond)
 	if got := e.Latency(); got != 100*time.Millisecond {
 		t.Fatalf("first sample: %v", got)
 	}
-	e.observeLatency(500 * time.Millisecond) // one outlier moves it by a quarter
-	if got := e.Latency(); got != 200*time.Millisecond {
-		t.Fatalf("after an outlier: %v, want 200ms", got)
+	// One outlier counts as twice the average at most, and moves it by a
+	// quarter of that (a slow target's connect is in a SOCKS5 reply).
+	e.observeLatency(3 * time.Second)
+	if got := e.Latency(); got != 125*time.Millisecond {
+		t.Fatalf("after an outlier: %v, want 125ms", got)
 	}
 	for i := 0; i < 40; i++ {
 		e.observeLatency(20 * time.Millisecond)
 	}
 	if got := e.Latency(); got > 21*time.Millisecond {
 		t.Errorf("after a run of 20ms samples: %v", got)
+	}
+	// A real slow-down still shows within a few tunnels.
+	for i := 0; i < 12; i++ {
+		e.observeLatency(time.Second)
+	}
+	if got := e.Latency(); got < 200*time.Millisecond {
+		t.Errorf("after 12 samples of 1s: %v, want over 200ms", got)
+	}
+	// A figure with no sample for over latencyStale is replaced, not
+	// blended.
+	clock.Advance((latencyStale + 1) * time.Second)
+	e.observeLatency(3 * time.Millisecond)
+	if got := e.Latency(); got != 3*time.Millisecond {
+		t.Errorf("first sample after %ds without one: %v, want 3ms", latencyStale+1, got)
 	}
 }
 
@@ -713,17 +734,26 @@ func TestRoundRobinEvenWithMixedTags(t *testing.T) {
 	}
 }
 
-// TestRoundRobinTagCursorsBounded: tags come from clients; the cursors
-// kept for tag sets stop at maxTagCursors.
-func TestRoundRobinTagCursorsBounded(t *testing.T) {
-	var r roundRobin
-	for i := range maxTagCursors + 100 {
-		r.cursorFor(tagKey([]string{fmt.Sprint("t", i)}))
+// TestRoundRobinTagSetPastViewBound: a tag set past maxTagViews (its view
+// is not kept, nor its own cursor) takes turns on the untagged cursor, so
+// its upstreams still get equal shares.
+func TestRoundRobinTagSetPastViewBound(t *testing.T) {
+	many := make([]string, maxTagViews+100)
+	for i := range many {
+		many[i] = fmt.Sprint("u", i)
 	}
-	if n := r.tagSets.Load(); n != maxTagCursors {
-		t.Errorf("%d tag cursors, want at most %d", n, maxTagCursors)
+	sp := specs("e0", "e1", "e2")
+	sp[0].Tags, sp[1].Tags = many, many
+	tp := newTestPool(t, PoolConfig{Strategy: "round-robin", WaitForUpstream: time.Millisecond}, nil, sp...)
+	s := tp.set.Load()
+	for _, tag := range many[:maxTagViews] {
+		s.viewOf(tp.NewAttempts(Request{Addr: "example.com:443", Tags: []string{tag}}))
 	}
-	if c := r.cursorFor(tagKey([]string{"new"})); c != &r.cursor {
-		t.Error("a tag set past the bound did not share the untagged cursor")
+	past := Request{Addr: "example.com:443", Tags: []string{many[maxTagViews+50]}}
+	if v := s.viewOf(tp.NewAttempts(past)); v.kept {
+		t.Fatal("a view past maxTagViews was kept")
+	}
+	if got := tp.countsFor(t, past, 100); got["e0"] != 50 || got["e1"] != 50 {
+		t.Errorf("picks %v for a tag set past the bound, want e0 and e1 50 each", got)
 	}
 }

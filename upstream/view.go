@@ -38,6 +38,14 @@ type view struct {
 	other     []int32
 	total     int64
 
+	// kept is set when the set keeps v (see viewOf): only then does its
+	// per-tag-set strategy state below outlive one pick.
+	kept bool
+	// used is set by every lookup of a kept v and cleared by a sweep: a
+	// view the next sweep finds unused is dropped (see sweep).
+	used atomic.Bool
+	// rr is the round-robin cursor of this tag set (see roundRobin).
+	rr atomic.Uint64
 	// latency is the lowest-latency strategy's current choice for this
 	// tag set, an index into the set plus one (0: none yet).
 	latency atomic.Int32
@@ -46,10 +54,19 @@ type view struct {
 // Bounds on the views a set caches (tags come from clients): at most
 // maxTagViews tag sets, listing at most viewBudget members together. A
 // tag set beyond them gets a view built for its pick, O(the shortest of
-// its tags' lists), and not kept.
+// its tags' lists), and not kept. Nor is the view of a tag set no
+// endpoint carries (usually a typo): a client looping over made-up tags
+// must not use up the bounds, and so the per-tag-set state views hold,
+// for the tag sets that exist. Views go with their set, at every reload,
+// and within a set the views of tag sets no longer asked for are
+// reclaimed (see sweep), so a tag set first asked for after a client went
+// through thousands of others still gets a view, and its own turn.
 const (
 	maxTagViews    = 4096
 	viewBudgetBase = 1 << 16
+	// sweepEvery: once the bounds are reached, one view in this many that
+	// could not be kept sweeps the set's views.
+	sweepEvery = maxTagViews / 16
 )
 
 // viewBudget is how many members the set's cached views may list
@@ -81,18 +98,61 @@ func (s *set) viewOf(a admitter) *view {
 	if len(tags) == 0 {
 		return nil
 	}
-	if v, ok := s.views.Load(key); ok {
-		return v.(*view)
+	if x, ok := s.views.Load(key); ok {
+		v := x.(*view)
+		if !v.used.Load() { // written once per sweep, not per pick
+			v.used.Store(true)
+		}
+		return v
 	}
 	v := s.newView(tags)
-	if s.nviews.Load() < maxTagViews && s.viewCost.Load()+int64(len(v.idx)) <= s.viewBudget() {
-		if old, loaded := s.views.LoadOrStore(key, v); loaded {
-			return old.(*view)
-		}
-		s.nviews.Add(1)
-		s.viewCost.Add(int64(len(v.idx)))
+	if len(v.idx) == 0 {
+		return v
 	}
+	if !s.roomFor(v) {
+		if s.misses.Add(1)%sweepEvery != 0 {
+			return v
+		}
+		s.sweep()
+		if !s.roomFor(v) {
+			return v
+		}
+	}
+	v.kept = true
+	v.used.Store(true)
+	if old, loaded := s.views.LoadOrStore(key, v); loaded {
+		return old.(*view)
+	}
+	s.nviews.Add(1)
+	s.viewCost.Add(int64(len(v.idx)))
 	return v
+}
+
+// roomFor reports whether the bounds leave room to keep v.
+func (s *set) roomFor(v *view) bool {
+	return s.nviews.Load() < maxTagViews && s.viewCost.Load()+int64(len(v.idx)) <= s.viewBudget()
+}
+
+// sweep reclaims views by second chance (a clock sweep over them all): it
+// drops each kept view that no lookup used since the previous sweep and
+// marks the others unused. A tag set in use keeps its view, and its
+// round-robin turn; one a client asked for once is dropped within two
+// sweeps. viewOf sweeps only when the bounds are reached, once per
+// sweepEvery views it could not keep, so a sweep's O(maxTagViews) is O(1)
+// per such view; one sweep runs at a time.
+func (s *set) sweep() {
+	if !s.sweeping.CompareAndSwap(false, true) {
+		return
+	}
+	defer s.sweeping.Store(false)
+	s.views.Range(func(k, x any) bool {
+		v := x.(*view)
+		if !v.used.Swap(false) && s.views.CompareAndDelete(k, v) {
+			s.nviews.Add(-1)
+			s.viewCost.Add(-int64(len(v.idx)))
+		}
+		return true
+	})
 }
 
 // newView builds the view of tags (at least one): a single tag's list,
@@ -158,4 +218,6 @@ type viewState struct {
 	views    sync.Map           // tag key → *view
 	nviews   atomic.Int64
 	viewCost atomic.Int64 // members listed by the cached views
+	misses   atomic.Int64 // views not kept for want of room (see sweep)
+	sweeping atomic.Bool  // a sweep runs
 }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/rotor-proxy/rotor/health/healthtest"
 )
 
 // countsFor picks n times for req (each tunnel released at once) and
@@ -151,19 +153,28 @@ func TestSharesFairWhenMostAreBusy(t *testing.T) {
 }
 
 // TestTagViewsBounded: tags come from clients; the views a set keeps stop
-// at maxTagViews, and a tag set past the bound is still served.
+// at maxTagViews, a tag set past the bound is still served, and tag sets
+// no upstream carries are never kept.
 func TestTagViewsBounded(t *testing.T) {
 	sp := specs("e0", "e1")
-	sp[1].Tags = []string{"t"}
+	for i := range maxTagViews + 100 {
+		sp[1].Tags = append(sp[1].Tags, fmt.Sprint("u", i))
+	}
 	tp := newTestPool(t, PoolConfig{WaitForUpstream: time.Millisecond}, nil, sp...)
 	s := tp.set.Load()
 	for i := range maxTagViews + 100 {
-		s.viewOf(tp.NewAttempts(Request{Addr: "example.com:443", Tags: []string{fmt.Sprint("u", i)}}))
+		s.viewOf(tp.NewAttempts(Request{Addr: "example.com:443", Tags: []string{fmt.Sprint("nope", i)}}))
+	}
+	if n := s.nviews.Load(); n != 0 {
+		t.Errorf("%d views kept for tag sets no upstream carries, want 0", n)
+	}
+	for _, tag := range sp[1].Tags {
+		s.viewOf(tp.NewAttempts(Request{Addr: "example.com:443", Tags: []string{tag}}))
 	}
 	if n := s.nviews.Load(); n != maxTagViews {
 		t.Errorf("%d views kept, want %d", n, maxTagViews)
 	}
-	if got := tp.use(t, Request{Addr: "example.com:443", Tags: []string{"t"}}); got != "e1" {
+	if got := tp.use(t, Request{Addr: "example.com:443", Tags: []string{sp[1].Tags[len(sp[1].Tags)-1]}}); got != "e1" {
 		t.Errorf("a tag set past the bound picked %q, want e1", got)
 	}
 }
@@ -180,7 +191,7 @@ func TestLowestLatencyWithTags(t *testing.T) {
 	for _, i := range []int{10, 50, 90} {
 		sp[i].Tags = []string{"t"}
 	}
-	tp := newTestPool(t, PoolConfig{Strategy: "lowest-latency", WaitForUpstream: time.Millisecond}, nil, sp...)
+	tp := newTestPool(t, PoolConfig{Strategy: "lowest-latency", WaitForUpstream: time.Millisecond}, healthtest.NewClock(time.Time{}), sp...)
 	for _, e := range tp.Endpoints() {
 		tp.setLatency(e.Name, time.Millisecond/2) // untagged: faster still
 	}

@@ -1,0 +1,112 @@
+package gateway
+
+// A kept-alive upstream connection of the Transport's (the forward path's
+// non-replayable requests) that ends before any answer to the request
+// that went on it.
+
+import (
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"sync/atomic"
+
+	"github.com/rotor-proxy/rotor/health"
+	"github.com/rotor-proxy/rotor/upstream"
+)
+
+// roundTripTransport sends out through e's Transport, prepare setting its
+// body and target first. A kept-alive connection that ends before any
+// answer makes the error a *closedUnansweredError; an idempotent request
+// whose body is all here (none streamed, or none of it read) then goes
+// once more, on another connection: the Transport does that itself for
+// most such ends, not for a write that broke after some bytes. Not while
+// the drain cuts: it is what closed the connection.
+func (s *Server) roundTripTransport(e *upstream.Endpoint, cfg *Config, out *http.Request, prepare func(), big *countingBody) (*http.Response, error) {
+	for again := false; ; again = true {
+		prepare()
+		ct := &connTrace{}
+		resp, err := s.transport(e, cfg).RoundTrip(ct.request(out))
+		err = ct.closedUnanswered(err, e, out.Method, big, again)
+		if again || !resendable(out.Method) || big != nil && big.n.Load() > 0 || s.cutting.Load() ||
+			!errors.As(err, new(*closedUnansweredError)) {
+			return resp, err
+		}
+	}
+}
+
+// resendable reports whether method is idempotent (RFC 9110 section
+// 9.2.2: PUT and DELETE too), so that a request of it that may have been
+// received can go once more after its connection closed unanswered.
+// (idempotent, narrower, also decides hedged second opinions and the lean
+// client: a PUT is never sent to two upstreams at once.)
+func resendable(method string) bool {
+	return idempotent(method) || method == http.MethodPut || method == http.MethodDelete
+}
+
+// connTrace follows one RoundTrip of the Transport (httptrace): whether
+// the request went on a kept-alive connection, and whether any byte of
+// an answer came back on it. The Transport's errors do not say (its
+// errServerClosedIdle and nothingWrittenError stay inside it). Its
+// callbacks run on the Transport's goroutines.
+type connTrace struct {
+	reused, answered atomic.Bool
+}
+
+// request is out with ct tracing its round trip.
+func (ct *connTrace) request(out *http.Request) *http.Request {
+	return out.WithContext(httptrace.WithClientTrace(out.Context(), &httptrace.ClientTrace{
+		GotConn: func(i httptrace.GotConnInfo) {
+			// Each connection the Transport tries (it retries on another
+			// one itself when it may): the last one is what failed.
+			ct.reused.Store(i.Reused)
+			ct.answered.Store(false)
+		},
+		GotFirstResponseByte: func() { ct.answered.Store(true) },
+	}))
+}
+
+// closedUnanswered returns err, from the round trip ct followed through
+// e, as a *closedUnansweredError when the kept-alive connection it went
+// on ended before any byte of an answer: neither a timeout (slow_body)
+// nor the client's cancel, which keep their meaning. Other errors are
+// returned as they are. body is the client's streamed body (nil: none),
+// whose bytes, once read, cannot go again, and again that the request was
+// sent once more after such an end.
+func (ct *connTrace) closedUnanswered(err error, e *upstream.Endpoint, method string, body *countingBody, again bool) error {
+	var ne net.Error
+	if err == nil || !ct.reused.Load() || ct.answered.Load() || upstream.IsCanceled(err) ||
+		errors.As(err, new(*health.Failure)) || errors.As(err, &ne) && ne.Timeout() {
+		return err
+	}
+	why := "it went again, on another connection, which closed as well"
+	switch {
+	case !resendable(method):
+		why = method + " is not idempotent and may have been received"
+	case body != nil && body.n.Load() > 0 && !again:
+		why = "its streamed body was read already"
+	}
+	return &closedUnansweredError{upstream: e.Name, why: why, err: err}
+}
+
+// closedUnansweredError is a request the Transport sent on a kept-alive
+// upstream connection that then ended before any byte of an answer: an
+// idle timeout of the proxy (or, through a tunnel, of the target) met the
+// request. The target had no part in it as far as rotor can tell, and no
+// one failed: it is reported to no record. The Transport sends a request
+// again itself when none of it was written (with GetBody) or when it is
+// idempotent with a replayable body; one that got here may have been
+// received, so it is not sent twice (RFC 9110 section 9.2.2), and the
+// client is told upstream_closed.
+type closedUnansweredError struct {
+	upstream string
+	why      string // why it is not sent again
+	err      error
+}
+
+func (e *closedUnansweredError) Error() string {
+	return "the kept-alive connection through upstream " + e.upstream + " closed before any answer (an idle timeout met the request: " +
+		e.err.Error() + "); not sent again: " + e.why
+}
+
+func (e *closedUnansweredError) Unwrap() error { return e.err }
