@@ -169,6 +169,11 @@ func (p *probeSpec) run(ctx context.Context, d Dialer) error {
 	if forward && proxyRejectedAuth(resp) {
 		return &Failure{Class: AuthRejected, Stage: StageProxyAuth, Err: &StatusError{StatusCode: resp.StatusCode}}
 	}
+	if forward {
+		if f := proxyTargetFailure(resp); f != nil {
+			return f
+		}
+	}
 	if !slices.Contains(p.expect, resp.StatusCode) {
 		return &StatusError{StatusCode: resp.StatusCode}
 	}
@@ -197,6 +202,34 @@ func proxyRejectedAuth(resp *http.Response) bool {
 		return strings.HasPrefix(strings.ToLower(resp.Header.Get("Server")), "tinyproxy")
 	}
 	return false
+}
+
+// proxyTargetFailure is the target failure an HTTP proxy's own answer to
+// a forwarded probe reports (UPSTREAM-SIGNALS.md): squid's ERR_CONNECT_FAIL,
+// ERR_DNS_FAIL, ERR_READ_TIMEOUT; tinyproxy's "500 Unable to connect".
+// nil for any other answer. So a dead probe target is seen as one through
+// squid and tinyproxy too (probeTarget): it was "probe status 503", an
+// upstream_error, and every such upstream's cooldown grew to its max.
+func proxyTargetFailure(resp *http.Response) *Failure {
+	squid, _, _ := strings.Cut(resp.Header.Get("X-Squid-Error"), " ")
+	class := TargetUnreachable
+	switch {
+	case resp.StatusCode < 500:
+		return nil
+	case squid == "ERR_CONNECT_FAIL", squid == "ERR_DNS_FAIL":
+	case squid == "ERR_READ_TIMEOUT":
+		class = TargetTimeout
+	case squid == "" && resp.StatusCode == 500 && strings.HasPrefix(resp.Status, "500 Unable to connect") &&
+		strings.HasPrefix(strings.ToLower(resp.Header.Get("Server")), "tinyproxy"):
+	default:
+		return nil
+	}
+	what := squid
+	if what == "" {
+		what = "Unable to connect"
+	}
+	return &Failure{Class: class, Stage: StageTargetConnect,
+		Err: fmt.Errorf("probe status %d: the proxy could not reach the probe target (%s)", resp.StatusCode, what)}
 }
 
 // ForwardDialer is implemented by dialers of HTTP proxies (http://, and

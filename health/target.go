@@ -261,7 +261,14 @@ func (t *Tracker) targetRule(s *settings, r *Record, now time.Time, target strin
 	for _, f := range keep {
 		h := targetHost(f.target)
 		counted := slices.Contains(hosts, h)
-		if counted && f.target != target || !t.seen.reachedByOther(f.target, r, f.at) {
+		// Evidence is others reaching the host:port after r failed
+		// there while none of them failed there within the window: a
+		// target that failed for another upstream too is flapping or
+		// came back, and says nothing about r (bug: a site down now and
+		// then for everyone cooled every upstream for it, two such
+		// sites cooled healthy upstreams whole).
+		if counted && f.target != target || !t.seen.reachedByOther(f.target, r, f.at) ||
+			t.seen.failedByOther(f.target, r, now.Add(-win)) {
 			continue
 		}
 		if f.target == target && f.at.Before(now) {
@@ -318,6 +325,11 @@ func (t *Tracker) ReachedElsewhere(target string, skip func(*Record) bool) bool 
 // ignored.
 func (t *Tracker) OthersReached(r *Record, f *Failure) {
 	if f == nil || !f.Class.IsTargetFailure() || targetHost(f.Target) == f.Target {
+		return
+	}
+	// Not while the target failed for another record within the window:
+	// it flaps or just came back, for everyone (as targetRule weighs it).
+	if t.seen.failedByOther(f.Target, r, t.clock.Now().Add(-t.settings().cfg.TargetRuleWindow)) {
 		return
 	}
 	t.fail(r, othersReach(f), 0, failReached)
@@ -532,6 +544,26 @@ func (s *targetSeen) reachedByOther(host string, r *Record, since time.Time) boo
 		return false
 	}
 	p := v.(*seenEntry).by.Load()
+	if p == nil {
+		return false
+	}
+	for _, b := range p {
+		if b.rec != nil && b.rec != r && !b.at.Before(since) {
+			return true
+		}
+	}
+	return false
+}
+
+// failedByOther reports whether a record other than r reported a target
+// failure for host at or after since (the table keeps the latest of two
+// records).
+func (s *targetSeen) failedByOther(host string, r *Record, since time.Time) bool {
+	v, ok := s.m.Load(host)
+	if !ok {
+		return false
+	}
+	p := v.(*seenEntry).failed.Load()
 	if p == nil {
 		return false
 	}

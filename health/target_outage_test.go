@@ -159,3 +159,41 @@ func TestTargetRuleCountsFailure(t *testing.T) {
 		t.Errorf("Stats.Counts (the metrics) = %+v, want %+v", got, want)
 	}
 }
+
+// TestFlappingTargetCoolsNoOne: a target down now and then for everyone
+// (every upstream fails it in its down spells, and reaches it in its up
+// spells) cools no upstream, for it or whole. Bug: "another upstream
+// reached it after my failure" held for every upstream, so each was
+// cooled for the site, and two such sites cooled healthy upstreams
+// whole: a pool outage for every other site.
+func TestFlappingTargetCoolsNoOne(t *testing.T) {
+	tf := func(target string) *Failure {
+		return &Failure{Class: TargetUnreachable, Stage: StageTargetConnect, Target: target}
+	}
+	hosts := []string{"127.0.0.5:43780", "127.0.0.6:43780"}
+	tr, clk := newFakeTracker(t, Config{StartEligible: true})
+	recs := make([]*Record, 3)
+	for i := range recs {
+		n := string(rune('a' + i))
+		recs[i] = tr.Add(n, n, nil, false)
+	}
+	i := 0
+	for cycle := range 6 {
+		for range 10 { // up 1 s
+			tr.SuccessTarget(recs[i%len(recs)], hosts[i%2])
+			i++
+			clk.Advance(100 * time.Millisecond)
+		}
+		for range 10 { // down 1 s
+			tr.Fail(recs[i%len(recs)], tf(hosts[i%2]))
+			i++
+			clk.Advance(100 * time.Millisecond)
+		}
+		for _, r := range recs {
+			if s := tr.Snapshot(r); s.State != Eligible || len(s.Targets) != 0 {
+				t.Fatalf("cycle %d, %s: %v %v/%v %q, %d per-target cooldowns: a flapping site cooled a healthy upstream",
+					cycle, s.Name, s.State, s.Reason, s.Stage, s.Detail, len(s.Targets))
+			}
+		}
+	}
+}

@@ -202,7 +202,8 @@ func TestTargetOutageRetriedOnce(t *testing.T) {
 // TestTargetFailureRetriedAfterAnotherCooled: two upstreams fail the same
 // host:port in turn while a third reaches it. The first one's cooling for
 // that host:port (its retry reached it) is no new failure at the target:
-// the second one's failure is retried as well, the third upstream having
+// the second one's failure is retried as well (but not cooled: see
+// below), the third upstream having
 // reached the target since anyone failed there (were the cooling taken
 // for a failure after the retry's success, the second request would fail).
 func TestTargetFailureRetriedAfterAnotherCooled(t *testing.T) {
@@ -219,9 +220,14 @@ func TestTargetFailureRetriedAfterAnotherCooled(t *testing.T) {
 			t.Fatalf("tags %s: served by %s after %+v, want good after one failed attempt", n, l.Endpoint.Name, l.Attempts)
 		}
 	}
-	for _, n := range []string{"bad1", "bad2"} {
-		if s := snapshot(t, p, tr, n); len(s.Targets) != 1 || s.Targets[0].Host != target.Addr() {
-			t.Errorf("%s: targets %+v, want cooling for %s", n, s.Targets, target.Addr())
-		}
+	if s := snapshot(t, p, tr, "bad1"); len(s.Targets) != 1 || s.Targets[0].Host != target.Addr() {
+		t.Errorf("bad1: targets %+v, want cooling for %s", s.Targets, target.Addr())
+	}
+	// bad2 failed there within the window of bad1's failure: from here
+	// that looks like a target failing for several upstreams (flapping),
+	// which cools no one; bad2's requests are still retried, and it cools
+	// for the target once bad1's failure is out of the window.
+	if s := snapshot(t, p, tr, "bad2"); len(s.Targets) != 0 {
+		t.Errorf("bad2: targets %+v, want none while bad1's failure there is in the window", s.Targets)
 	}
 }
