@@ -3,6 +3,7 @@ package gateway
 import (
 	"crypto/sha256"
 	"crypto/subtle"
+	"fmt"
 	"strings"
 )
 
@@ -36,13 +37,87 @@ func (a *authenticator) check(user, pass string) bool {
 	if len(a.clients) == 0 {
 		return true
 	}
+	return a.checkDigest(user, sha256.Sum256([]byte(pass)))
+}
+
+// checkDigest is check for a password given by its digest.
+func (a *authenticator) checkDigest(user string, pass [32]byte) bool {
 	u := sha256.Sum256([]byte(user))
-	p := sha256.Sum256([]byte(pass))
 	ok := 0
 	for _, c := range a.clients {
-		ok |= subtle.ConstantTimeCompare(u[:], c.user[:]) & subtle.ConstantTimeCompare(p[:], c.pass[:])
+		ok |= subtle.ConstantTimeCompare(u[:], c.user[:]) & subtle.ConstantTimeCompare(pass[:], c.pass[:])
 	}
 	return ok == 1
+}
+
+// paramsSyntax is the username syntax, for the client's 407.
+const paramsSyntax = "<user>[-session-<id>][-tag-<tag>]..., ids and tags without '-'"
+
+// maxUserPrefixes bounds the user names refusal tries before a '-' of
+// the name (each costs a digest and a comparison with every client).
+const maxUserPrefixes = 8
+
+// refusal is the 407 reason for raw (the username as sent, "" for none)
+// and pass, which check refused. It says nothing of which users exist
+// beyond what the client's own password proves:
+//   - raw's parameters did not parse (params.User is all of raw) and it
+//     holds "-session-" or "-tag-": it says so, whoever the user;
+//   - the password is right for the user raw's base name starts with
+//     (up to a '-'), and the rest is what rotor could not read as
+//     parameters ("scraper-sesion-a1", "scraper-session-"): it names that
+//     user and what is wrong with the rest. Only a client that holds the
+//     user's password learns that the user exists, which it knew.
+//
+// Otherwise it is the bare "proxy authentication required".
+func (a *authenticator) refusal(raw, pass string, params userParams) string {
+	const bare = "proxy authentication required"
+	if raw == "" || len(a.clients) == 0 {
+		return bare
+	}
+	pd := sha256.Sum256([]byte(pass))
+	base := params.User
+	for i, n := 0, 0; i < len(base) && n < maxUserPrefixes; i++ {
+		if base[i] != '-' || i == 0 {
+			continue
+		}
+		n++
+		if !a.checkDigest(base[:i], pd) {
+			continue
+		}
+		rest := base[i+1:]
+		return fmt.Sprintf("%s (the password is right for user %q, but rotor cannot read %q after it as parameters: %s; want %s)",
+			bare, base[:i], "-"+rest, paramProblem(rest), paramsSyntax)
+	}
+	if params.User == raw && (strings.Contains(raw, "-session-") || strings.Contains(raw, "-tag-")) {
+		// The parameters did not parse, so the whole name was checked (a
+		// uuid session id has '-' in it). Says nothing of the users.
+		return bare + " (username parameters not understood: " + paramsSyntax + ")"
+	}
+	return bare
+}
+
+// paramProblem says what in rest (the username after its user, without
+// the first '-') is not a parameter rotor reads.
+func paramProblem(rest string) string {
+	parts := strings.Split(rest, "-")
+	session := ""
+	for i := 0; i < len(parts); i += 2 {
+		switch k := parts[i]; {
+		case k == "":
+			return "it has an empty part (a '-' too many)"
+		case k != "session" && k != "tag" && i > 0:
+			return fmt.Sprintf("%q after %s-%s is not a parameter (an id or a tag cannot contain '-')", k, parts[i-2], parts[i-1])
+		case k != "session" && k != "tag":
+			return fmt.Sprintf("%q is not a parameter (session or tag)", k)
+		case i+1 == len(parts) || parts[i+1] == "":
+			return fmt.Sprintf("%s-<%s> is missing its value", k, map[string]string{"session": "id", "tag": "tag"}[k])
+		case k == "session" && session != "":
+			return fmt.Sprintf("session is given twice (%q and %q)", session, parts[i+1])
+		case k == "session":
+			session = parts[i+1]
+		}
+	}
+	return "it is not parameters" // not reached for a rest parseUser refused
 }
 
 // userParams are the scraper controls carried in a proxy username:
@@ -55,7 +130,10 @@ type userParams struct {
 
 // parseUser splits a proxy username into the base user and its parameters.
 // Unknown "-key-value" pairs stay part of the base user, so a user name
-// that happens to contain dashes still authenticates.
+// that happens to contain dashes still authenticates. A name with two
+// sessions (scraper-session-a1-session-b2) is not guessed at: it is taken
+// whole as the user name, as any name whose parameters do not parse, which
+// with [[client]] is refused with a 407 saying why (see refusal).
 func parseUser(raw string) userParams {
 	var p userParams
 	parts := strings.Split(raw, "-")
@@ -64,6 +142,9 @@ func parseUser(raw string) userParams {
 	for i < len(parts) {
 		if i+1 < len(parts) && (parts[i] == "session" || parts[i] == "tag") && len(base) > 0 && parts[i+1] != "" {
 			if parts[i] == "session" {
+				if p.Session != "" {
+					return userParams{User: raw} // which one was meant?
+				}
 				p.Session = parts[i+1]
 			} else {
 				p.Tags = append(p.Tags, parts[i+1])

@@ -48,13 +48,8 @@ func (s *Server) proxyAuth(w http.ResponseWriter, r *http.Request) (userParams, 
 		return params, true
 	}
 	w.Header().Set("Proxy-Authenticate", `Basic realm="rotor"`)
-	reason := "proxy authentication required"
-	if params.User == user && (strings.Contains(user, "-session-") || strings.Contains(user, "-tag-")) {
-		// The parameters did not parse, so the whole name was checked
-		// (a uuid session id has '-' in it). Says nothing of the users.
-		reason += " (username parameters not understood: <user>[-session-<id>][-tag-<tag>]..., ids and tags without '-')"
-	}
-	plainError(w, http.StatusProxyAuthRequired, "client_auth", reason)
+	// What did not parse, if anything; nothing of the users (see refusal).
+	plainError(w, http.StatusProxyAuthRequired, "client_auth", auth.refusal(user, pass, params))
 	// At debug, like the SOCKS5 front's failed logins: a client probing
 	// credentials must not fill the log. The password is never logged.
 	why := "no credentials"
