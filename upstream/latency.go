@@ -100,8 +100,8 @@ func (l *lowestLatency) pick(s *set, a admitter) *Endpoint {
 	case unknown >= 0 && (nth%latencyExploreEvery == 0 || best < 0 && cur < 0) && a.admit(s, unknown):
 		return s.eps[unknown]
 	}
-	if cur >= 0 && (best < 0 || best == cur ||
-		bestLat*latencySwitchDiv >= latUS(s.lds[cur].lat.Load())*latencySwitch) && a.admit(s, cur) {
+	keep := cur >= 0 && (best < 0 || best == cur || bestLat*latencySwitchDiv >= latUS(s.lds[cur].lat.Load())*latencySwitch)
+	if keep && a.admit(s, cur) {
 		return s.eps[cur]
 	}
 	if best >= 0 && a.admit(s, best) {
@@ -127,7 +127,10 @@ func (l *lowestLatency) pick(s *set, a admitter) *Endpoint {
 		return cmp.Compare(lx, ly)
 	})
 	for _, i := range c {
-		if i != best && i != cur && a.admit(s, i) {
+		// cur is asked here unless it was asked above (bug: a choice
+		// given up for a faster endpoint at its max_conns was skipped
+		// here too, and a pool of two found nothing while cur was free).
+		if i != best && (i != cur || !keep) && a.admit(s, i) {
 			return s.eps[i]
 		}
 	}

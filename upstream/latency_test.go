@@ -215,3 +215,26 @@ func TestLowestLatencyRemeasuresRecovered(t *testing.T) {
 		t.Errorf("after fast came back: picks %v, want nearly all on fast", got)
 	}
 }
+
+// TestLowestLatencyFasterAtMaxConns: when an endpoint faster than the
+// current choice is at its max_conns, the current choice serves. Bug: the
+// choice, given up for the faster one, was skipped by the fallback too,
+// so a pool of two found nothing while the choice was free (60 of 60
+// picks empty: clients waited, or failed, with capacity there).
+func TestLowestLatencyFasterAtMaxConns(t *testing.T) {
+	// Real time (a clock standing still would hold an empty pick's wait
+	// for ever); the figures are fresh for the test's few milliseconds.
+	fast := spec("fast", 10001)
+	fast.MaxConns = 1
+	tp := newTestPool(t, PoolConfig{Strategy: "lowest-latency", WaitForUpstream: time.Millisecond}, nil, spec("slow", 10000), fast)
+	tp.setLatency("slow", 10*time.Millisecond)
+	tp.setLatency("fast", 80*time.Millisecond)
+	if got := tp.counts(t, 10); got["slow"] != 10 {
+		t.Fatalf("picks %v, want slow (the faster for now)", got)
+	}
+	tp.setLatency("fast", time.Millisecond)
+	tp.Lookup("fast").ld.active.Store(1) // its one slot is taken
+	if got := tp.counts(t, 60); got["slow"] != 60 {
+		t.Errorf("picks %v with fast at its max_conns, want all on slow", got)
+	}
+}
