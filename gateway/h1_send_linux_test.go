@@ -11,21 +11,7 @@ import (
 // sentWithin tells from the socket whether data left it lately: the send
 // limit's measure of a client taking its answer.
 func TestSentWithin(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	c, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	peer, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer peer.Close()
+	c, _ := loopbackPair(t)
 	if _, err := c.Write([]byte("x")); err != nil {
 		t.Fatal(err)
 	}
@@ -49,21 +35,7 @@ func TestSentWithin(t *testing.T) {
 // answer. They counted: such a client stayed connected ~180 s under the
 // 60 s send limit (README said "up to about 120 s").
 func TestSentWithinIgnoresRetransmitsIntoShrunkWindow(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	client, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	c, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	client, c := loopbackPair(t)
 	if err := client.(*net.TCPConn).SetReadBuffer(4096); err != nil {
 		t.Fatal(err)
 	}
