@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"bufio"
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -89,26 +88,9 @@ func resetGateway(t *testing.T, kind, extra string) (*Server, *logBuffer) {
 	default:
 		t.Fatalf("unknown upstream kind %q", kind)
 	}
-	conf += "\n[listen]\nsocks5 = \"127.0.0.1:0\"\nhttp = \"127.0.0.1:0\"\nadmin = \"\"\n"
-	cfg, err := ParseConfig("t.toml", []byte(conf))
-	if err != nil {
-		t.Fatal(err)
-	}
 	logs := &logBuffer{}
 	opts.Log = zerolog.New(logs)
-	srv, err := New(cfg, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-	})
-	return srv, logs
+	return startGatewayOpts(t, conf, opts), logs
 }
 
 // establish opens a tunnel to ht through front, exchanges a few bytes each
