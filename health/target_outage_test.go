@@ -16,23 +16,16 @@ import (
 // at the time of) a failure shows that the host was up while this
 // upstream could not reach it.
 func TestTargetOutageCoolsNoOne(t *testing.T) {
-	tf := func(target string) *Failure {
-		return &Failure{Class: TargetUnreachable, Stage: StageTargetConnect, Target: target}
-	}
 	hosts := []string{"127.0.0.2:8081", "127.0.0.3:8081"}
 	tr, clk := newFakeTracker(t, Config{StartEligible: true})
-	recs := make([]*Record, 5)
-	for i := range recs {
-		n := string(rune('a' + i))
-		recs[i] = tr.Add(n, n, nil, false)
-	}
+	recs := addRecords(tr, 5)
 	for i := range 10 {
 		tr.SuccessTarget(recs[i%len(recs)], hosts[i%2])
 		clk.Advance(100 * time.Millisecond)
 	}
 	clk.Advance(time.Second) // both targets are killed
 	for i := range 10 {
-		tr.Fail(recs[i%len(recs)], tf(hosts[i%2]))
+		tr.Fail(recs[i%len(recs)], unreachableAt(hosts[i%2]))
 		clk.Advance(100 * time.Millisecond)
 	}
 	for _, r := range recs {
@@ -47,9 +40,6 @@ func TestTargetOutageCoolsNoOne(t *testing.T) {
 // it, within the window; earlier successes say only that the host was up
 // then.
 func TestTargetRuleNeedsReachAfterFailure(t *testing.T) {
-	tf := func(target string) *Failure {
-		return &Failure{Class: TargetUnreachable, Stage: StageTargetConnect, Target: target}
-	}
 	const a, b, c = "a.example:443", "b.example:443", "c.example:443"
 	tests := []struct {
 		name string
@@ -60,51 +50,51 @@ func TestTargetRuleNeedsReachAfterFailure(t *testing.T) {
 			tr.SuccessTarget(good, a)
 			tr.SuccessTarget(good, b)
 			adv(time.Second)
-			tr.Fail(bad, tf(a))
-			tr.Fail(bad, tf(b))
-			tr.Fail(bad, tf(c))
+			tr.Fail(bad, unreachableAt(a))
+			tr.Fail(bad, unreachableAt(b))
+			tr.Fail(bad, unreachableAt(c))
 		}, Eligible},
 		{"reached after the failures", func(tr *Tracker, adv func(time.Duration), bad, good *Record) {
-			tr.Fail(bad, tf(a))
-			tr.Fail(bad, tf(b))
+			tr.Fail(bad, unreachableAt(a))
+			tr.Fail(bad, unreachableAt(b))
 			adv(time.Second)
 			tr.SuccessTarget(good, a)
 			tr.SuccessTarget(good, b)
 			adv(time.Second)
-			tr.Fail(bad, tf(c)) // the rule is weighed at a failure
+			tr.Fail(bad, unreachableAt(c)) // the rule is weighed at a failure
 		}, Cooling},
 		{"a repeated failure keeps the evidence since the first", func(tr *Tracker, adv func(time.Duration), bad, good *Record) {
-			tr.Fail(bad, tf(a))
-			tr.Fail(bad, tf(b))
+			tr.Fail(bad, unreachableAt(a))
+			tr.Fail(bad, unreachableAt(b))
 			adv(time.Second)
 			tr.SuccessTarget(good, a)
 			tr.SuccessTarget(good, b)
 			adv(time.Second)
-			tr.Fail(bad, tf(a))
+			tr.Fail(bad, unreachableAt(a))
 		}, Cooling},
 		{"at the same time", func(tr *Tracker, adv func(time.Duration), bad, good *Record) {
 			tr.SuccessTarget(good, a)
-			tr.Fail(bad, tf(a))
+			tr.Fail(bad, unreachableAt(a))
 			tr.SuccessTarget(good, b)
-			tr.Fail(bad, tf(b))
+			tr.Fail(bad, unreachableAt(b))
 		}, Cooling},
 		{"one host reached after, one only before", func(tr *Tracker, adv func(time.Duration), bad, good *Record) {
 			tr.SuccessTarget(good, b)
 			adv(time.Second)
-			tr.Fail(bad, tf(a))
-			tr.Fail(bad, tf(b))
+			tr.Fail(bad, unreachableAt(a))
+			tr.Fail(bad, unreachableAt(b))
 			adv(time.Second)
 			tr.SuccessTarget(good, a)
-			tr.Fail(bad, tf(c))
+			tr.Fail(bad, unreachableAt(c))
 		}, Eligible},
 		{"reached after, but the failure left the window", func(tr *Tracker, adv func(time.Duration), bad, good *Record) {
-			tr.Fail(bad, tf(a))
+			tr.Fail(bad, unreachableAt(a))
 			adv(59 * time.Second)
 			tr.SuccessTarget(good, a)
-			tr.Fail(bad, tf(b))
+			tr.Fail(bad, unreachableAt(b))
 			adv(2 * time.Second)
 			tr.SuccessTarget(good, b)
-			tr.Fail(bad, tf(c))
+			tr.Fail(bad, unreachableAt(c))
 		}, Eligible},
 	}
 	for _, tt := range tests {
@@ -130,17 +120,14 @@ func TestTargetRuleNeedsReachAfterFailure(t *testing.T) {
 // history entries, but failures, failures_by_stage and the failure
 // metrics (read from Stats) never counted it.
 func TestTargetRuleCountsFailure(t *testing.T) {
-	tf := func(target string) *Failure {
-		return &Failure{Class: TargetUnreachable, Stage: StageTargetConnect, Target: target}
-	}
 	tr, _ := newFakeTracker(t, Config{StartEligible: true})
 	bad := tr.Add("bad", "bad", nil, false)
 	good := tr.Add("good", "good", nil, false)
 	for _, h := range []string{"a.example:443", "b.example:443"} {
-		tr.Fail(bad, tf(h))
+		tr.Fail(bad, unreachableAt(h))
 		tr.SuccessTarget(good, h)
 	}
-	tr.Fail(bad, tf("c.example:443"))
+	tr.Fail(bad, unreachableAt("c.example:443"))
 	s := tr.Snapshot(bad)
 	if s.State != Cooling || s.Reason != UpstreamError || s.Stage != StageTargetConnect {
 		t.Fatalf("%v %v/%v, want cooling upstream_error/target_connect", s.State, s.Reason, s.Stage)
@@ -167,16 +154,9 @@ func TestTargetRuleCountsFailure(t *testing.T) {
 // cooled for the site, and two such sites cooled healthy upstreams
 // whole: a pool outage for every other site.
 func TestFlappingTargetCoolsNoOne(t *testing.T) {
-	tf := func(target string) *Failure {
-		return &Failure{Class: TargetUnreachable, Stage: StageTargetConnect, Target: target}
-	}
 	hosts := []string{"127.0.0.5:43780", "127.0.0.6:43780"}
 	tr, clk := newFakeTracker(t, Config{StartEligible: true})
-	recs := make([]*Record, 3)
-	for i := range recs {
-		n := string(rune('a' + i))
-		recs[i] = tr.Add(n, n, nil, false)
-	}
+	recs := addRecords(tr, 3)
 	i := 0
 	for cycle := range 6 {
 		for range 10 { // up 1 s
@@ -185,7 +165,7 @@ func TestFlappingTargetCoolsNoOne(t *testing.T) {
 			clk.Advance(100 * time.Millisecond)
 		}
 		for range 10 { // down 1 s
-			tr.Fail(recs[i%len(recs)], tf(hosts[i%2]))
+			tr.Fail(recs[i%len(recs)], unreachableAt(hosts[i%2]))
 			i++
 			clk.Advance(100 * time.Millisecond)
 		}
@@ -196,4 +176,20 @@ func TestFlappingTargetCoolsNoOne(t *testing.T) {
 			}
 		}
 	}
+}
+
+// unreachableAt is a target_unreachable failure at target_connect for
+// target, a host:port.
+func unreachableAt(target string) *Failure {
+	return &Failure{Class: TargetUnreachable, Stage: StageTargetConnect, Target: target}
+}
+
+// addRecords adds n records to tr, keyed and named "a", "b", ….
+func addRecords(tr *Tracker, n int) []*Record {
+	recs := make([]*Record, n)
+	for i := range recs {
+		k := string(rune('a' + i))
+		recs[i] = tr.Add(k, k, nil, false)
+	}
+	return recs
 }
