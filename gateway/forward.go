@@ -260,6 +260,11 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 	// client gets when no other upstream does better.
 	var last *http.Response
 	var lastEP *upstream.Endpoint
+	// cur is the endpoint of the latest attempt (nil before the first):
+	// a request that fails or whose client leaves after attempts names it
+	// in its line (logForward prefers the upstream an attempts error
+	// answers with, as a tunnel's line does).
+	var cur *upstream.Endpoint
 	fail := func(err error) {
 		if last != nil {
 			n, berr := s.relay(ctx, w, last, lastEP, strings.ToLower(addr), cfg.SlowBody.Stall, nil)
@@ -284,7 +289,7 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 			cf.Reason += ": " + ce.Error()
 		}
 		plainError(w, cf.Status, cf.Header, cf.Reason)
-		s.logForward(id, r, params.User, nil, att, err, 0, start)
+		s.logForward(id, r, params.User, cur, att, err, 0, start)
 	}
 	for {
 		e, err := att.Next(ctx)
@@ -292,6 +297,7 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 			fail(err)
 			return
 		}
+		cur = e
 		var resp *http.Response
 		if x != nil {
 			resp, err = s.fwdClient(e).roundTrip(ctx, x)

@@ -45,7 +45,7 @@ type fwdClient struct {
 	mu     sync.Mutex            // guards the fields below
 	idle   map[string][]*fwdConn // by target address ("" for an http:// upstream), newest last
 	nidle  int
-	sweep  *time.Timer // closes connections idle for fwdIdleTimeout; nil when none is idle
+	sweep  *time.Timer // runs sweepIdle every fwdSweepEvery; nil when none is idle
 	closed bool
 }
 
@@ -62,6 +62,14 @@ const (
 	fwdPeekAfter = 2 * time.Millisecond
 	// fwdMaxIdle bounds one endpoint's idle connections over all targets.
 	fwdMaxIdle = 1024
+	// fwdSweepEvery is how often, while connections are idle, the sweep
+	// looks for those the far end closed (or sent unasked bytes on) and
+	// for those idle for fwdIdleTimeout. net/http's Transport sees a
+	// close at once with a reader goroutine per connection; a peek per
+	// idle connection every few seconds costs no goroutine, and a
+	// connection in CLOSE-WAIT holds its fd and max_conns slot for at
+	// most this long.
+	fwdSweepEvery = 2 * time.Second
 )
 
 // fwdConn is one pooled upstream connection.
@@ -570,8 +578,8 @@ func (fc *fwdClient) pop(key string) *fwdConn {
 // put returns pc to the idle pool, or closes it when the pool is full or
 // closed.
 func (fc *fwdClient) put(pc *fwdConn) {
-	pc.idleAt = time.Now()
 	fc.mu.Lock()
+	pc.idleAt = time.Now() // under mu: sweepIdle reads it of pooled connections
 	if fc.closed || fc.nidle >= fwdMaxIdle || len(fc.idle[pc.key]) >= fwdMaxIdlePerTarget {
 		fc.mu.Unlock()
 		_ = pc.c.Close()
@@ -580,7 +588,7 @@ func (fc *fwdClient) put(pc *fwdConn) {
 	fc.idle[pc.key] = append(fc.idle[pc.key], pc)
 	fc.nidle++
 	if fc.sweep == nil {
-		fc.sweep = time.AfterFunc(fwdIdleTimeout, fc.sweepIdle)
+		fc.sweep = time.AfterFunc(fwdSweepEvery, fc.sweepIdle)
 	}
 	fc.mu.Unlock()
 }
@@ -623,23 +631,29 @@ func (fc *fwdClient) trimIdle(keep int) {
 	}
 }
 
-// sweepIdle closes the connections idle for fwdIdleTimeout and re-arms
-// itself while some remain. It runs on the timer's goroutine.
+// sweepIdle closes the idle connections that the far end closed or sent
+// unasked bytes on (idleGone), and those idle for fwdIdleTimeout, and
+// re-arms itself while some remain idle: a pool that empties stops it,
+// and put arms it again. It runs on the timer's goroutine, peeking
+// outside mu: a connection taken for a request meanwhile (or taken and
+// put back: idleAt changed) is left to its user.
 func (fc *fwdClient) sweepIdle() {
+	type seen struct {
+		pc     *fwdConn
+		idleAt time.Time
+	}
 	now := time.Now()
 	var stale []*fwdConn
+	var peek []seen
 	fc.mu.Lock()
-	next := time.Duration(0)
 	for key, l := range fc.idle {
 		keep := l[:0]
 		for _, pc := range l {
-			if age := now.Sub(pc.idleAt); age >= fwdIdleTimeout {
+			if now.Sub(pc.idleAt) >= fwdIdleTimeout {
 				stale = append(stale, pc)
 			} else {
 				keep = append(keep, pc)
-				if left := fwdIdleTimeout - age; next == 0 || left < next {
-					next = left
-				}
+				peek = append(peek, seen{pc, pc.idleAt})
 			}
 		}
 		clear(l[len(keep):])
@@ -650,9 +664,32 @@ func (fc *fwdClient) sweepIdle() {
 		}
 	}
 	fc.nidle -= len(stale)
+	fc.mu.Unlock()
+	gone := peek[:0]
+	for _, p := range peek {
+		if idleGone(p.pc.c) {
+			gone = append(gone, p)
+		}
+	}
+	fc.mu.Lock()
+	for _, p := range gone {
+		l := fc.idle[p.pc.key]
+		i := slices.Index(l, p.pc)
+		if i < 0 || p.pc.idleAt != p.idleAt {
+			continue
+		}
+		l = slices.Delete(l, i, i+1)
+		if len(l) == 0 {
+			delete(fc.idle, p.pc.key)
+		} else {
+			fc.idle[p.pc.key] = l
+		}
+		fc.nidle--
+		stale = append(stale, p.pc)
+	}
 	fc.sweep = nil
-	if next > 0 && !fc.closed {
-		fc.sweep = time.AfterFunc(next, fc.sweepIdle)
+	if fc.nidle > 0 && !fc.closed {
+		fc.sweep = time.AfterFunc(fwdSweepEvery, fc.sweepIdle)
 	}
 	fc.mu.Unlock()
 	for _, pc := range stale {

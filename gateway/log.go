@@ -195,6 +195,8 @@ func (s *Server) noteOverloaded(err error) {
 }
 
 // logForward writes the summary line of one forwarded plain-HTTP request.
+// e is the upstream that answered or, for a request that ended before an
+// answer, the one of its latest attempt (nil: none was made).
 func (s *Server) logForward(id uint64, r *http.Request, user string, e *upstream.Endpoint, att *upstream.Attempts, err error, n int64, start time.Time) {
 	err = s.drainCut(err)
 	outcome := "ok"
@@ -222,7 +224,15 @@ func (s *Server) logForward(id uint64, r *http.Request, user string, e *upstream
 	if user != "" {
 		ev = ev.Str("user", user)
 	}
-	if e != nil {
+	// The upstream by name, as on a tunnel's line: the one that answered,
+	// else the one whose failure the client was told (an attempts
+	// error's Last, which X-Rotor-Error names too), else the one the
+	// request was on when it ended (the client left, the drain cut it).
+	var ae *upstream.AttemptsError
+	switch {
+	case errors.As(err, &ae) && ae.Last().Upstream != "":
+		ev = ev.Str("upstream", ae.Last().Upstream)
+	case e != nil:
 		ev = ev.Str("upstream", e.Name)
 	}
 	ev = classified(ev, f)
