@@ -99,10 +99,10 @@ type ListenConfig struct {
 
 // MetricsConfig is the [metrics] table.
 type MetricsConfig struct {
-	// PerUpstreamLimit: /metrics carries the per-upstream series (nine per
+	// PerUpstreamLimit: /metrics carries the per-upstream series (ten per
 	// upstream) while the pool has at most this many upstreams; above it
 	// only the pool-wide ones, so a 100,000-line list does not turn every
-	// scrape into 900,000 series. Default 10,000; 0 = no limit.
+	// scrape into 1,000,000 series. Default 10,000; 0 = no limit.
 	PerUpstreamLimit int `toml:"per_upstream_limit"`
 }
 

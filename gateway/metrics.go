@@ -198,10 +198,15 @@ var (
 		"1 for the state an upstream is in, 0 for the others.", []string{"upstream", "state"}, nil)
 	descTargets = prometheus.NewDesc("rotor_upstream_target_cooldowns",
 		"Per-target cooldowns active on an upstream now.", []string{"upstream"}, nil)
+	// descLatency is the figure the admin API shows as latency_ms. An
+	// upstream with no sample has no series: 0 would read as the fastest
+	// one, NaN breaks aggregations.
+	descLatency = prometheus.NewDesc("rotor_upstream_latency_seconds",
+		"Smoothed set-up time of an upstream's tunnels (TCP connect and proxy handshake, which waits on the target's connect), as lowest-latency picks by and the admin API shows as latency_ms; absent until a tunnel measured one.", []string{"upstream"}, nil)
 )
 
 func (poolCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descUpstreams, descPoolFailures, descFailures, descProbes, descSuccesses, descActive, descState, descTargets} {
+	for _, d := range []*prometheus.Desc{descUpstreams, descPoolFailures, descFailures, descProbes, descSuccesses, descActive, descState, descTargets, descLatency} {
 		ch <- d
 	}
 }
@@ -210,7 +215,8 @@ func (poolCollector) Describe(ch chan<- *prometheus.Desc) {
 // always, the per-upstream ones while the pool is within
 // metrics.per_upstream_limit. Two endpoints sharing a display name
 // (possible with list files) are summed under it rather than breaking the
-// scrape with duplicate series.
+// scrape with duplicate series; their latencies, which do not add up, are
+// averaged over those measured.
 func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
 	type key struct{ a, b, c string }
 	counters := map[*prometheus.Desc]map[key]float64{}
@@ -229,6 +235,11 @@ func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
 		s health.Stage
 	}
 	pool := map[classStage]uint64{}
+	type mean struct {
+		sum float64
+		n   int
+	}
+	latency := map[string]mean{}
 	var buf []health.FailureCount
 	for _, e := range eps {
 		st := c.s.tr.Stats(e.Record(), buf[:0])
@@ -249,6 +260,10 @@ func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
 		add(counters, descSuccesses, key{n, "", ""}, float64(st.Successes))
 		add(gauges, descActive, key{n, "", ""}, float64(e.Active()))
 		add(gauges, descTargets, key{n, "", ""}, float64(st.Targets))
+		if d := e.Latency(); d > 0 {
+			l := latency[n]
+			latency[n] = mean{l.sum + d.Seconds(), l.n + 1}
+		}
 		for _, s := range health.AllStates() {
 			v := 0.0
 			if s == st.State {
@@ -279,6 +294,9 @@ func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	emit(counters, prometheus.CounterValue)
 	emit(gauges, prometheus.GaugeValue)
+	for n, l := range latency {
+		ch <- prometheus.MustNewConstMetric(descLatency, prometheus.GaugeValue, l.sum/float64(l.n), n)
+	}
 }
 
 // promLog routes promhttp's error lines to zerolog.

@@ -77,7 +77,7 @@ func TestMetricsExposition(t *testing.T) {
 }
 
 // TestMetricsPerUpstreamLimit: a pool larger than metrics.per_upstream_limit
-// keeps the pool-wide series and drops the per-upstream ones (nine per
+// keeps the pool-wide series and drops the per-upstream ones (ten per
 // upstream), with a warning; a reload that brings the pool back within the
 // limit brings them back, and 0 means no limit.
 func TestMetricsPerUpstreamLimit(t *testing.T) {

@@ -25,6 +25,7 @@ type Record struct {
 	state    atomic.Uint32 // State; mirror of the machine, written under mu
 	ramping  atomic.Bool   // slow start active; written under mu
 	ntargets atomic.Int32  // len(targets); written under mu
+	nfails   atomic.Int32  // len(targetFails); written under mu
 	pending  atomic.Bool   // some failure run is non-zero; written under mu
 
 	successes   atomic.Uint64 // independent counter
@@ -318,18 +319,20 @@ func (t *Tracker) success(r *Record, now time.Time) {
 
 // SuccessTarget is Success for a tunnel that reached target (host:port;
 // a bare host counts for no port). Besides counting, it lets the
-// target-failure rule know that r reaches that host:port (see Fail), and
-// it restarts the cooldown streak of an expired per-target cooldown for
-// its host or its host:port.
+// target-failure rule know that r reaches that host:port (see Fail), it
+// restarts the cooldown streak of an expired per-target cooldown for its
+// host or its host:port, and it answers r's own recent target failure at
+// that host:port: r's next failure there is a first one again.
 func (t *Tracker) SuccessTarget(r *Record, host string) {
 	now := t.clock.Now()
 	t.success(r, now)
 	if host == "" {
 		return
 	}
-	t.seen.note(host, r, now, t.settings().cfg.TargetRuleWindow/seenFreshDiv)
-	if r.ntargets.Load() > 0 {
-		t.forgetTarget(r, host, now)
+	win := t.settings().cfg.TargetRuleWindow
+	t.seen.note(host, r, now, win/seenFreshDiv)
+	if r.ntargets.Load() > 0 || r.nfails.Load() > 0 {
+		t.forgetTarget(r, host, now, win)
 	}
 }
 
@@ -356,7 +359,8 @@ func (t *Tracker) Neutral(r *Record) {}
 //     proxy claiming that sites others reach are down) and it cools as
 //     upstream_error at stage target_connect. A target failure at a
 //     host:port that another record reached since r's earlier failure
-//     there (within the window) cools r for that host:port only, as
+//     there (within the window, and r did not reach it itself since)
+//     cools r for that host:port only, as
 //     upstream_error at the failure's stage (see OthersReached, which the
 //     attempt loop calls when its next upstream reaches it at once).
 //   - A failure with Target set whose class has scope "target"

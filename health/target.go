@@ -169,9 +169,24 @@ func (t *Tracker) targetCooling(r *Record, target string) bool {
 // host:port) after a success for it (their streaks restart). An entry
 // still cooling is kept: the success came from a tunnel opened before the
 // ban.
-func (t *Tracker) forgetTarget(r *Record, target string, now time.Time) {
+//
+// It also drops r's recent target failure at target itself (another port
+// of the host is another target): r reached it, so that failure was
+// passing and no longer counts towards the target-failure rule, nor as
+// the earlier failure that cools r for target when others reach it (bug:
+// it was kept for the rule's window, so r's next failure there cooled it
+// for target at once, counting on from a failure r had answered itself).
+// Failures older than win are dropped too, so that successes take no lock
+// once r's failures are that old.
+func (t *Tracker) forgetTarget(r *Record, target string, now time.Time, win time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if len(r.targetFails) > 0 {
+		r.targetFails = slices.DeleteFunc(r.targetFails, func(f targetFail) bool {
+			return f.target == target || now.Sub(f.at) >= win
+		})
+		r.nfails.Store(int32(len(r.targetFails)))
+	}
 	n := len(r.targets)
 	for _, k := range [2]string{targetHost(target), target} {
 		if tc := r.targets[k]; tc != nil && !now.Before(tc.deadline) {
@@ -222,6 +237,9 @@ const maxTargetFails = 32
 // the record's reason and stage, and failures, failures_by_stage and the
 // failure metrics (read from Stats) show it as any other cooling.
 //
+// A failure r answered itself, reaching that host:port later, no longer
+// counts for either (forgetTarget drops it).
+//
 // It reports whether another record reached target itself since r's
 // earlier failure there within the window (a failure before this one):
 // r fails a host:port that others reach, and the caller cools r for that
@@ -256,6 +274,7 @@ func (t *Tracker) targetRule(s *settings, r *Record, now time.Time, target strin
 		}
 	}
 	r.targetFails = keep
+	r.nfails.Store(int32(len(keep)))
 	var buf [maxTargetFails]string
 	hosts := buf[:0]
 	for _, f := range keep {
@@ -283,6 +302,7 @@ func (t *Tracker) targetRule(s *settings, r *Record, now time.Time, target strin
 		return reached
 	}
 	r.targetFails = nil
+	r.nfails.Store(0)
 	r.countFailure(UpstreamError, StageTargetConnect, 1)
 	r.consec[UpstreamError]++
 	r.pending.Store(true)
