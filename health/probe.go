@@ -97,11 +97,15 @@ var aLongTimeAgo = time.Unix(1, 0)
 // (and optionally body) checked, all within the probe timeout. A TCP
 // connect alone never passes: an upstream that accepts and then closes or
 // speaks garbage fails at the status line.
-func (p *probeSpec) run(ctx context.Context, d Dialer) error {
+//
+// setup is the probe's set-up time on clock: from its start until d's dial
+// returned a connection (dial and proxy handshake, as a tunnel's set-up
+// time is measured), 0 when the dial failed.
+func (p *probeSpec) run(ctx context.Context, d Dialer, clock Clock) (setup time.Duration, err error) {
 	ctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
+	start := clock.Now()
 	var raw net.Conn
-	var err error
 	proxyAuth, forward := "", false
 	if fd, ok := d.(ForwardDialer); ok && !p.tls {
 		raw, proxyAuth, forward, err = fd.DialForward(ctx)
@@ -110,8 +114,15 @@ func (p *probeSpec) run(ctx context.Context, d Dialer) error {
 		raw, err = d.DialContext(ctx, "tcp", p.addr)
 	}
 	if err != nil {
-		return err
+		return 0, err
 	}
+	setup = max(clock.Now().Sub(start), 1)
+	return setup, p.exchange(ctx, raw, proxyAuth, forward)
+}
+
+// exchange is run's part once raw, the connection through the upstream,
+// is up: TLS, the GET and the checks of its answer.
+func (p *probeSpec) exchange(ctx context.Context, raw net.Conn, proxyAuth string, forward bool) error {
 	defer raw.Close()
 	if dl, ok := ctx.Deadline(); ok {
 		raw.SetDeadline(dl)
@@ -230,6 +241,15 @@ func proxyTargetFailure(resp *http.Response) *Failure {
 	}
 	return &Failure{Class: class, Stage: StageTargetConnect,
 		Err: fmt.Errorf("probe status %d: the proxy could not reach the probe target (%s)", resp.StatusCode, what)}
+}
+
+// SetupObserver is implemented by a Dialer that takes the set-up time of
+// each passing probe through it (Endpoint's in package upstream: it feeds
+// the smoothed latency lowest-latency picks by, as a tunnel's set-up does,
+// so that the strategy has figures before any traffic). ObserveSetup is
+// called outside every lock once the probe's result is applied.
+type SetupObserver interface {
+	ObserveSetup(d time.Duration)
 }
 
 // ForwardDialer is implemented by dialers of HTTP proxies (http://, and
