@@ -59,6 +59,8 @@ func TestRestartRecheckTransition(t *testing.T) {
 			clk.Advance(time.Minute)
 
 			b := NewTracker(cfg, clk, a.log)
+			obs := &recordObserver{}
+			b.SetObserver(obs)
 			tc.restore(t, a, b)
 			rb := b.Lookup("k")
 			s := b.Snapshot(rb)
@@ -71,6 +73,11 @@ func TestRestartRecheckTransition(t *testing.T) {
 				t.Fatalf("history after the restore ends with %+v, want eligible → probe_allowed for a restart re-check", h)
 			}
 			checkChain(t, h)
+			obs.mu.Lock()
+			if len(obs.trs) != 0 {
+				t.Errorf("observer told of transitions %+v at the restore, want none", obs.trs)
+			}
+			obs.mu.Unlock()
 
 			drive(t, b)
 			s = b.Snapshot(rb)

@@ -232,8 +232,8 @@ const restartRecheckDetail = "restart re-check: eligible before the restart, pro
 //     (restartRecheckDetail), so the chain of transitions has no gap.
 //
 // Any other saved state is given back without a history entry of its own
-// (the history is the snapshot's); every restore is logged as "upstream
-// record restored" and counts as no transition for the observer.
+// (the history is the snapshot's) and logged as "upstream record
+// restored"; no restore counts as a transition for the observer.
 func (t *Tracker) Restore(key string, s Snapshot) bool {
 	r := t.Lookup(key)
 	if r == nil {
@@ -328,12 +328,13 @@ func (t *Tracker) restore(r *Record, s Snapshot, detail string, keepEligible boo
 		// Eligible before the restart, probed before it serves again:
 		// the move is the record's, and its history says so (bug: the
 		// saved "… → eligible" was followed by "probe_allowed →
-		// eligible", a gap in the chain of transitions). It is posted as
-		// a restore: logged, not counted as a transition nor shared.
-		tr := Transition{At: wnow, From: Eligible, To: ProbeAllowed, Reason: ClassNone, Stage: StageProbe,
-			Detail: restartRecheckDetail}
-		r.hist.add(tr)
-		t.postState(r, change{name: r.name, tr: tr, restored: true}, &e)
+		// eligible", a gap in the chain of transitions). Like the rest
+		// of a restore it counts as no transition and is not shared; it
+		// gets no line of its own either (a pool of 20,000 eligible
+		// upstreams would log 20,000 at start-up): the caller's summary
+		// of the restore covers it.
+		r.hist.add(Transition{At: wnow, From: Eligible, To: ProbeAllowed, Reason: ClassNone, Stage: StageProbe,
+			Detail: restartRecheckDetail})
 	case s.State == Cooling || s.State == ProbeAllowed:
 		if cur != ProbeAllowed {
 			r.deadline, r.until = time.Time{}, time.Time{}
