@@ -97,11 +97,15 @@ var aLongTimeAgo = time.Unix(1, 0)
 // (and optionally body) checked, all within the probe timeout. A TCP
 // connect alone never passes: an upstream that accepts and then closes or
 // speaks garbage fails at the status line.
-func (p *probeSpec) run(ctx context.Context, d Dialer) error {
+//
+// setup is the probe's set-up time on clock: from its start until d's dial
+// returned a connection (dial and proxy handshake, as a tunnel's set-up
+// time is measured), 0 when the dial failed.
+func (p *probeSpec) run(ctx context.Context, d Dialer, clock Clock) (setup time.Duration, err error) {
 	ctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
+	start := clock.Now()
 	var raw net.Conn
-	var err error
 	proxyAuth, forward := "", false
 	if fd, ok := d.(ForwardDialer); ok && !p.tls {
 		raw, proxyAuth, forward, err = fd.DialForward(ctx)
@@ -110,8 +114,15 @@ func (p *probeSpec) run(ctx context.Context, d Dialer) error {
 		raw, err = d.DialContext(ctx, "tcp", p.addr)
 	}
 	if err != nil {
-		return err
+		return 0, err
 	}
+	setup = max(clock.Now().Sub(start), 1)
+	return setup, p.exchange(ctx, raw, proxyAuth, forward)
+}
+
+// exchange is run's part once raw, the connection through the upstream,
+// is up: TLS, the GET and the checks of its answer.
+func (p *probeSpec) exchange(ctx context.Context, raw net.Conn, proxyAuth string, forward bool) error {
 	defer raw.Close()
 	if dl, ok := ctx.Deadline(); ok {
 		raw.SetDeadline(dl)
@@ -232,6 +243,15 @@ func proxyTargetFailure(resp *http.Response) *Failure {
 		Err: fmt.Errorf("probe status %d: the proxy could not reach the probe target (%s)", resp.StatusCode, what)}
 }
 
+// SetupObserver is implemented by a Dialer that takes the set-up time of
+// each passing probe through it (Endpoint's in package upstream: it feeds
+// the smoothed latency lowest-latency picks by, as a tunnel's set-up does,
+// so that the strategy has figures before any traffic). ObserveSetup is
+// called outside every lock once the probe's result is applied.
+type SetupObserver interface {
+	ObserveSetup(d time.Duration)
+}
+
 // ForwardDialer is implemented by dialers of HTTP proxies (http://, and
 // https:// with TLS to the proxy). For an http:// probe URL the probe then
 // sends its GET in absolute form to the proxy, the way rotor forwards
@@ -259,9 +279,10 @@ func (e *StatusError) Error() string { return "probe status " + strconv.Itoa(e.S
 //
 // The target is taken for down when probes through two upstreams in a row
 // failed at the target with nothing reaching it in between (no passing
-// probe, no client tunnel to its host:port): one upstream alone failing
-// there may be a proxy that reaches no target at all, and stays its own
-// fault. While the target is down, failures at it cool at the base
+// probe, no client tunnel to its host:port), or were both answered the
+// same unexpected status with no passing probe in between: one upstream
+// alone failing there may be a proxy that reaches no target at all (or
+// answers 5xx itself), and stays its own fault. While the target is down, failures at it cool at the base
 // cooldown and count towards no permanent_after (see runProbe); the first
 // passing probe ends it. Probe results are far rarer than tunnels, so a
 // mutex is enough.
@@ -270,8 +291,41 @@ type probeTarget struct {
 	// mu guards the fields below.
 	// failed holds the latest probes that failed at the target since the
 	// last passing one, through distinct records, the latest first.
-	failed [2]seenBy
+	failed [2]probeFail
 	down   bool
+}
+
+// probeFail is a probe that failed at the probe target: through rec, at,
+// with sign (targetSign).
+type probeFail struct {
+	rec  *Record
+	at   time.Time
+	sign int
+}
+
+// signUnreachable is targetSign's sign of a failure the upstream reported
+// as the target's (unreachable, timed out); any other sign is an HTTP
+// status the target answered.
+const signUnreachable = -1
+
+// targetSign tells whether a probe error err came from the probe target
+// rather than from the upstream as far as one probe can tell, and its
+// sign: signUnreachable for a target failure the upstream reported
+// (failedAtTarget), the status for an answer not in expect_status (bug:
+// a probe target answering 503 to every request cooled every upstream
+// with growing cooldowns). Probes through two upstreams meeting the same
+// sign take the target for down. A proxy's own refusal (407 and the like,
+// a *Failure) has no sign.
+func targetSign(err error) (int, bool) {
+	var f *Failure
+	if errors.As(err, &f) {
+		return signUnreachable, f.Class.IsTargetFailure()
+	}
+	var se *StatusError
+	if errors.As(err, &se) {
+		return se.StatusCode, true
+	}
+	return 0, false
 }
 
 // probeTargetKeep bounds how long a probe's failure at the target stands
@@ -294,24 +348,40 @@ func (pt *probeTarget) weigh(r *Record, err error, now time.Time, keep time.Dura
 	pt.mu.Lock()
 	defer pt.mu.Unlock()
 	was := pt.down
+	sign, atTarget := targetSign(err)
 	switch {
 	case err == nil:
-		pt.failed = [2]seenBy{}
+		pt.failed = [2]probeFail{}
 		pt.down = false
-	case !failedAtTarget(err):
+	case !atTarget:
 		return false, false
 	default:
-		other := pt.failed[0]
-		if other.rec == r {
-			other = pt.failed[1]
+		// The latest failure through another record, and the latest one
+		// of those with the same sign (what says the target is down).
+		var other, same probeFail
+		for _, f := range pt.failed {
+			if f.rec == nil || f.rec == r {
+				continue
+			}
+			if other.rec == nil {
+				other = f
+			}
+			if same.rec == nil && f.sign == sign {
+				same = f
+			}
 		}
-		pt.failed = [2]seenBy{{rec: r, at: now}, other}
-		if other.rec == nil || now.Sub(other.at) >= keep {
-			// Only r fails there lately: its own fault as far as anyone
-			// can tell. The target's state stands until evidence ends it.
+		pt.failed = [2]probeFail{{rec: r, at: now, sign: sign}, other}
+		if same.rec == nil || now.Sub(same.at) >= keep {
+			// Only r fails there so lately: its own fault as far as
+			// anyone can tell. The target's state stands until evidence
+			// ends it.
 			return false, false
 		}
-		down = !reached(other.at)
+		// Client traffic that reached the target's host:port says it
+		// accepts connections, not that it answers the probe's request
+		// well: it weighs against a target the upstreams could not
+		// reach, not against one that answered them all the same status.
+		down = sign != signUnreachable || !reached(same.at)
 		pt.down = down
 		return down, pt.down != was
 	}

@@ -56,7 +56,8 @@ func runProbeSpec(t *testing.T, c ProbeConfig, d Dialer) error {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return p.run(t.Context(), d)
+	_, err = p.run(t.Context(), d, RealClock())
+	return err
 }
 
 func TestProbeHTTP(t *testing.T) {

@@ -311,7 +311,7 @@ func LocalResource(err error) bool {
 func (t *Tracker) runProbe(ctx context.Context, p *probeSpec, q queued, d Dialer) {
 	r := q.rec
 	start := t.clock.Now()
-	err := p.run(ctx, d)
+	setup, err := p.run(ctx, d, t.clock)
 	now := t.clock.Now()
 	s := t.settings() // a reload during the probe applies to its outcome
 	var e effects
@@ -368,6 +368,9 @@ func (t *Tracker) runProbe(ctx context.Context, p *probeSpec, q queued, d Dialer
 	t.apply(&e)
 	if targetChanged {
 		t.logProbeTarget(p, name, targetDown, err)
+	}
+	if so, ok := d.(SetupObserver); ok && err == nil {
+		so.ObserveSetup(setup)
 	}
 	if p := t.observer.Load(); p != nil {
 		(*p).Probe(name, err == nil, now.Sub(start))

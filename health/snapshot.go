@@ -210,6 +210,10 @@ func failedBefore(st State, reason Class, streak int) bool {
 	return false
 }
 
+// restartRecheckDetail is the detail of the eligible → probe_allowed
+// entry a record eligible before a restart gets at its restore.
+const restartRecheckDetail = "restart re-check: eligible before the restart, probed before it serves again"
+
 // Restore applies a persisted snapshot to the existing record for key
 // (state_file on start-up, issue 6) and reports whether the record exists.
 // Counters, history, streak, last failure and per-target cooldowns are
@@ -223,10 +227,13 @@ func failedBefore(st State, reason Class, streak int) bool {
 //   - eligible keeps the record's start state (probe_allowed unless
 //     Config.StartEligible): it was eligible before the restart, but
 //     nothing unverified serves traffic. It did not fail, so once
-//     admitted it serves without a slow-start ramp.
+//     admitted it serves without a slow-start ramp. Its history gets
+//     the eligible → probe_allowed entry of that re-check
+//     (restartRecheckDetail), so the chain of transitions has no gap.
 //
-// The saved state is given back without a history entry of its own (the
-// history is the snapshot's) and logged as "upstream record restored".
+// Any other saved state is given back without a history entry of its own
+// (the history is the snapshot's) and logged as "upstream record
+// restored"; no restore counts as a transition for the observer.
 func (t *Tracker) Restore(key string, s Snapshot) bool {
 	r := t.Lookup(key)
 	if r == nil {
@@ -317,6 +324,17 @@ func (t *Tracker) restore(r *Record, s Snapshot, detail string, keepEligible boo
 			t.restoreState(r, now, Eligible, s.Reason, s.Stage, detail, &e)
 			r.publish()
 		}
+	case s.State == Eligible && cur == ProbeAllowed:
+		// Eligible before the restart, probed before it serves again:
+		// the move is the record's, and its history says so (bug: the
+		// saved "… → eligible" was followed by "probe_allowed →
+		// eligible", a gap in the chain of transitions). Like the rest
+		// of a restore it counts as no transition and is not shared; it
+		// gets no line of its own either (a pool of 20,000 eligible
+		// upstreams would log 20,000 at start-up): the caller's summary
+		// of the restore covers it.
+		r.hist.add(Transition{At: wnow, From: Eligible, To: ProbeAllowed, Reason: ClassNone, Stage: StageProbe,
+			Detail: restartRecheckDetail})
 	case s.State == Cooling || s.State == ProbeAllowed:
 		if cur != ProbeAllowed {
 			r.deadline, r.until = time.Time{}, time.Time{}

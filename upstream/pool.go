@@ -319,7 +319,7 @@ func (p *Pool) Update(specs []Spec) (added, removed []string, err error) {
 			w = 1
 		}
 		old := p.byKey[key]
-		if old != nil && old.dialGen == p.dialGen && old.same(s, names[i], w) && p.tr.Add(key, old.Name, old.dialer, s.Disabled) == old.rec {
+		if old != nil && old.dialGen == p.dialGen && old.same(s, names[i], w) && p.tr.Add(key, old.Name, probeDialer{old}, s.Disabled) == old.rec {
 			next = append(next, old)
 			continue
 		}
@@ -353,7 +353,7 @@ func (p *Pool) Update(specs []Spec) (added, removed []string, err error) {
 		if s.Rate > 0 && e.limit == nil {
 			e.limit = newRateLimiter(s.Rate, p.clock)
 		}
-		e.rec = p.tr.Add(key, e.Name, d, s.Disabled)
+		e.rec = p.tr.Add(key, e.Name, probeDialer{e}, s.Disabled)
 		if old != nil && old.URL.User.String() != s.URL.User.String() {
 			old.credsReplaced.Store(true)
 			creds = append(creds, e.rec)

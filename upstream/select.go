@@ -1,13 +1,16 @@
 package upstream
 
 import (
+	"context"
 	"fmt"
 	"hash/maphash"
 	"math"
 	"math/bits"
 	"math/rand/v2"
+	"net"
 	"slices"
 	"sync/atomic"
+	"time"
 
 	"github.com/rotor-proxy/rotor/health"
 )
@@ -774,3 +777,32 @@ func connRank(ld *load, maxConns int64) int64 {
 	}
 	return n
 }
+
+// probeDialer is what the health tracker probes an endpoint through (the
+// pool hands it to health.Tracker.Add): the endpoint's own dialer, so a
+// probe makes the same handshake and auth as traffic, plus the set-up time
+// of each passing probe folded into the endpoint's smoothed latency
+// (health.SetupObserver), the figure lowest-latency picks by. Bug: only
+// tunnels fed it, so before any traffic lowest-latency knew nothing of
+// upstreams that probes had just timed, and its first picks were blind.
+// The probe's own dial does not feed it, so a probe that failed after its
+// set-up (a wrong status) counts for nothing. Stored in an interface it
+// does not allocate (one pointer).
+type probeDialer struct{ e *Endpoint }
+
+func (d probeDialer) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	return d.e.dialer.DialContext(ctx, network, addr)
+}
+
+// DialForward is the endpoint dialer's, for an http:// probe URL through an
+// HTTP proxy; ok is false for other dialers (the probe then tunnels).
+func (d probeDialer) DialForward(ctx context.Context) (net.Conn, string, bool, error) {
+	fd, ok := d.e.dialer.(forwardDialer)
+	if !ok {
+		return nil, "", false, nil
+	}
+	return fd.DialForward(ctx)
+}
+
+// ObserveSetup feeds a passing probe's set-up time to e's smoothed latency.
+func (d probeDialer) ObserveSetup(setup time.Duration) { d.e.observeLatency(setup) }
