@@ -593,6 +593,18 @@ func (r stateRecord) snapshot() health.Snapshot {
 	return s
 }
 
+// configDisabledDetail is the detail health gives a record the config
+// disabled (health.Tracker.Add).
+const configDisabledDetail = "disabled in config"
+
+// configDisabled tells whether r reads as disabled by the config rather
+// than by an operator: the file keeps no flag for a live record, and the
+// config has the last word on such a disable when the upstream comes back
+// (health.Removed.ConfigDisabled).
+func (r stateRecord) configDisabled() bool {
+	return r.State == health.Disabled && r.Reason == health.Operator && r.Detail == configDisabledDetail
+}
+
 // maxSkipLogged bounds the lines logged for unreadable records of one
 // state file; the rest are counted.
 const maxSkipLogged = 20
@@ -601,7 +613,9 @@ const maxSkipLogged = 20
 // missing file is not an error. A file that cannot be parsed is renamed
 // aside and reported; start-up goes on with fresh records. A record that
 // cannot be read is logged with its line and skipped; the others are
-// restored. Records for upstreams no longer configured are ignored.
+// restored. Records of upstreams no longer configured are kept as the
+// tracker keeps removed ones (health.Tracker.RestoreRemoved), removed at
+// this start.
 func (s *Server) loadState() error {
 	path := s.statePathInUse()
 	if path == "" {
@@ -657,9 +671,32 @@ func (s *Server) loadState() error {
 			restored++
 		}
 	}
+	revived, kept, expired := 0, 0, 0
+	// Records of upstreams left out of the config while rotor was
+	// stopped ("stale"): kept as a reload that removes an upstream keeps
+	// its record, removed now, when this start finds it gone (when it
+	// left is not known; the file's time would expire it sooner than a
+	// reload would). They were dropped: an operator's disable and the
+	// history were lost to an edit made during a restart.
+	stale := 0
+	now := s.clock.Now()
+	for _, r := range doc.Records {
+		if configured[r.Key] {
+			continue
+		}
+		stale++
+		rm := health.Removed{Snapshot: r.snapshot(), ConfigDisabled: r.configDisabled(), At: now}
+		if s.tr.RestoreRemoved(rm) {
+			kept++
+		} else {
+			expired++
+		}
+	}
+	if stale > 0 {
+		s.kickState() // write the removal down, with its time, soon
+	}
 	// Records of removed upstreams: onto an upstream back in the config,
 	// else kept for the rest of their 15 minutes.
-	revived, kept, expired := 0, 0, 0
 	for _, r := range doc.Removed {
 		if _, live := byKey[r.Key]; live {
 			continue // not in files rotor writes; the live record wins
@@ -674,7 +711,7 @@ func (s *Server) loadState() error {
 			kept++
 		}
 	}
-	s.log.Info().Str("path", path).Int("restored", restored).Int("stale", len(doc.Records)-restored).Int("skipped", len(doc.skipped)).
+	s.log.Info().Str("path", path).Int("restored", restored).Int("stale", stale).Int("skipped", len(doc.skipped)).
 		Int("revived", revived).Int("removed", kept).Int("expired", expired).
 		Time("written", doc.Written).Msg("state file restored")
 	return nil
