@@ -59,7 +59,21 @@ const (
 	// a core a third busy rewriting the file. Writes then use at most
 	// ~1/stateCostShare of a core; a restart loses a few seconds more.
 	stateCostShare = 20
+	// stateRetryMin is the delay before retrying a failed write (a full
+	// disk, a directory unwritable for a moment); it doubles at each
+	// failure up to stateRetryMax, and a success resets it.
+	stateRetryMin = time.Second
+	stateRetryMax = time.Minute
 )
+
+// stateRetryDelay is the delay before the next retry of a failed write
+// when the last one waited last (0: the first failure).
+func stateRetryDelay(last time.Duration) time.Duration {
+	if last < stateRetryMin {
+		return stateRetryMin
+	}
+	return min(2*last, stateRetryMax)
+}
 
 // stateFile is the state-file writer's state. The zero value after init
 // is idle; startStateFile starts it.
@@ -240,24 +254,42 @@ func stateDelay(cost time.Duration) time.Duration { return max(stateDebounce, st
 // upstreams). It never blocks.
 func (s *Server) kickState() { s.metrics.persist.kick() }
 
+// stateLoop is the writer. A write that fails is retried after
+// stateRetryDelay (1 s doubling to 1 min) until one succeeds, whether or
+// not anything changes meanwhile: it was tried again only at the next
+// transition or flush, so a moment's failure (a full disk, a directory
+// briefly unwritable) could leave the file a minute or more behind.
+// Transitions during a retry's wait ride along with the retry. A file
+// rotor refuses to write over (blockState) is not retried: nothing in
+// this process changes that.
 func (s *Server) stateLoop(sf *stateFile) {
 	flush := time.NewTicker(stateFlush)
 	defer flush.Stop()
-	var debounce <-chan time.Time
-	var cost time.Duration // of the last write
+	var debounce, retry <-chan time.Time
+	var cost time.Duration    // of the last write
+	var backoff time.Duration // the last retry's wait; 0 after a success
 	write := func() {
 		start := time.Now()
-		s.writeState()
+		failed := s.writeState()
 		cost = time.Since(start)
+		if !failed {
+			backoff, retry = 0, nil
+			return
+		}
+		backoff = stateRetryDelay(backoff)
+		debounce, retry = nil, time.After(backoff)
 	}
 	for {
 		select {
 		case <-sf.wake:
-			if debounce == nil {
+			if debounce == nil && retry == nil {
 				debounce = time.After(stateDelay(cost))
 			}
 		case <-debounce:
 			debounce = nil
+			write()
+		case <-retry:
+			retry = nil
 			write()
 		case <-flush.C:
 			write()
@@ -272,9 +304,11 @@ func (s *Server) stateLoop(sf *stateFile) {
 }
 
 // writeState is saveState for the writer loop: errors are logged, each
-// distinct one once (a failure repeating at every write says nothing
-// new), and the first write after failures says the file is written again.
-func (s *Server) writeState() {
+// distinct one once (a failure repeating at every write or retry says
+// nothing new), and the first write after failures says the file is
+// written again. It reports whether the write failed and is worth
+// retrying (not a file rotor refuses to write over).
+func (s *Server) writeState() (retry bool) {
 	wrote, err := s.writeStateFile()
 	sf := &s.metrics.persist
 	sf.writeMu.Lock()
@@ -294,6 +328,13 @@ func (s *Server) writeState() {
 	case recovered:
 		s.log.Info().Str("path", s.statePathInUse()).Msg("state file written again")
 	}
+	if err == nil {
+		return false
+	}
+	sf.mu.Lock()
+	blocked := sf.blockedBy != nil
+	sf.mu.Unlock()
+	return !blocked
 }
 
 // statePathInUse is the state file the writer writes.
