@@ -708,7 +708,19 @@ func (s *Server) loadState() error {
 		if !ok {
 			continue
 		}
-		if s.tr.Restore(e.Key, r.snapshot()) {
+		snap := r.snapshot()
+		if r.configDisabled() {
+			// The config has the last word on its own disable (as
+			// health.Tracker.Add does on a reload): a record the config
+			// disabled and no longer does keeps the state it starts in
+			// with its counters and history (bug: it stayed disabled
+			// until an operator enabled it). Still disabled in the
+			// config, it is disabled already.
+			if cur := s.tr.Snapshot(e.Record()); cur.State != health.Disabled {
+				snap.State, snap.Reason, snap.Stage, snap.Detail, snap.Until = cur.State, cur.Reason, cur.Stage, cur.Detail, time.Time{}
+			}
+		}
+		if s.tr.Restore(e.Key, snap) {
 			restored++
 		}
 	}

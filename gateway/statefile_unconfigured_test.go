@@ -149,3 +149,40 @@ func TestStateFileLeftOutConfigDisabled(t *testing.T) {
 }
 
 func stateFilePath(dir string) string { return filepath.Join(dir, "state", "rotor-state.json") }
+
+// TestStateFileConfigDisableLifted: an upstream the config disabled, still
+// configured but without disabled = true at the next start, is not kept
+// disabled by the state file's record of that disable (bug: it came back
+// "disabled, operator, disabled in config", and only an operator's enable
+// brought it back); its counters are restored.
+func TestStateFileConfigDisableLifted(t *testing.T) {
+	dir := t.TempDir()
+	full := stateConfig(dir)
+	clk := fixedClock()
+	a, _ := newStateServer(t, full+"disabled = true\n", clk)
+	a.tr.Success(a.pool.Lookup("bob@127.0.0.1:2").Record())
+	a.startStateFile()
+	a.stopStateFile()
+
+	clk.Advance(time.Minute)
+	b, _ := newStateServer(t, full, clk)
+	b.startStateFile()
+	defer b.stopStateFile()
+	got := snapOf(t, b, "bob@127.0.0.1:2")
+	if got.State == health.Disabled {
+		t.Errorf("bob no longer disabled in the config: %v %v %q after the restart, want it not disabled", got.State, got.Reason, got.Detail)
+	}
+	if got.Successes != 1 {
+		t.Errorf("bob's counters after the restart: successes %d, want 1", got.Successes)
+	}
+
+	// Still disabled in the config: stays disabled.
+	clk.Advance(time.Minute)
+	b.stopStateFile()
+	c, _ := newStateServer(t, full+"disabled = true\n", clk)
+	c.startStateFile()
+	defer c.stopStateFile()
+	if got := snapOf(t, c, "bob@127.0.0.1:2"); got.State != health.Disabled {
+		t.Errorf("bob disabled in the config: %v after the restart", got.State)
+	}
+}
