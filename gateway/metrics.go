@@ -7,13 +7,15 @@ package gateway
 //
 // Health counters (failures by class and stage, successes, probes, records
 // per state) are read from the tracker at scrape time by poolCollector, so
-// there is one set of books, the tracker's. Data-path events the tracker
+// there is one set of books, the tracker's (with the failures of removed
+// upstreams kept in the pool-wide total: failureBooks). Data-path events the tracker
 // does not see (tunnels, bytes, dial latency) are counted here as they
 // happen.
 
 import (
 	"fmt"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -21,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/rotor-proxy/rotor/health"
+	"github.com/rotor-proxy/rotor/upstream"
 )
 
 // metrics is the Server's instrumentation: a registry of its own (never
@@ -42,6 +45,9 @@ type metrics struct {
 	// persist is the state_file writer (statefile.go). It lives here
 	// because the tracker has one observer slot and this is its holder.
 	persist stateFile
+
+	// books keeps rotor_failures_total monotonic across removals.
+	books failureBooks
 }
 
 // latencyBuckets suit proxy handshakes: a few ms on a LAN to seconds
@@ -103,7 +109,7 @@ func newMetrics(s *Server) *metrics {
 	m.reg.MustRegister(
 		m.tunnelsActive, m.tunnelsTotal, m.bytesTotal, m.dialSeconds, m.probeSeconds,
 		m.transitions, m.targetCools,
-		poolCollector{s},
+		poolCollector{s, &m.books},
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "rotor_waiting_clients",
 			Help: "Client connections waiting for an eligible upstream (pool.wait_for_upstream).",
@@ -179,13 +185,126 @@ func (o observer) Probe(name string, ok bool, d time.Duration) {
 }
 
 // poolCollector reads per-upstream health from the tracker at scrape time.
-type poolCollector struct{ s *Server }
+type poolCollector struct {
+	s     *Server
+	books *failureBooks
+}
+
+// classStage is a label pair of rotor_failures_total.
+type classStage struct {
+	c health.Class
+	s health.Stage
+}
+
+// removedKeep is how long the tracker keeps a removed upstream's record
+// (health's goneKeep): one back in the config within it gets it back.
+const removedKeep = 15 * time.Minute
+
+// failureBooks keeps rotor_failures_total, the pool-wide failure counter,
+// from going down when a reload removes an upstream (bug: the total was
+// the live records' sum, so it fell by the removed one's failures and
+// rate() read a reset). The failures of a removed upstream stay in the
+// total: while the tracker keeps its record (kept), so that one back in
+// the config, whose record brings them back, is not counted twice; then
+// for good (carried). A Collect pass finds removals by the endpoint set
+// changing, so it costs nothing between reloads, and asks the tracker for
+// its removed records only while some are kept.
+type failureBooks struct {
+	mu sync.Mutex
+	// mu guards the fields below.
+	eps  []*upstream.Endpoint // the endpoint set of the last pass
+	keys map[string]bool      // its keys
+	// kept are the counts of removed upstreams whose records the tracker
+	// keeps, by key.
+	kept map[string]keptFailures
+	// carried are the counts of removed upstreams whose records the
+	// tracker no longer keeps.
+	carried map[classStage]uint64
+}
+
+type keptFailures struct {
+	counts []health.FailureCount
+	at     time.Time // wall clock of the removal
+}
+
+// add puts what the books hold into pool, the live records' sums, for
+// the pass over eps at now (wall clock).
+func (b *failureBooks) add(pool map[classStage]uint64, tr *health.Tracker, eps []*upstream.Endpoint, now time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var left []string // keys of the last pass not in eps
+	if b.keys == nil || !sameSet(b.eps, eps) {
+		keys := make(map[string]bool, len(eps))
+		for _, e := range eps {
+			keys[e.Key] = true
+		}
+		for k := range b.keys {
+			if !keys[k] {
+				left = append(left, k)
+			}
+		}
+		b.eps, b.keys = eps, keys
+	}
+	if len(left) > 0 || len(b.kept) > 0 {
+		gone := map[string]health.Removed{}
+		for _, g := range tr.ExportRemoved() {
+			gone[g.Snapshot.Key] = g
+		}
+		if b.kept == nil {
+			b.kept = map[string]keptFailures{}
+		}
+		for _, k := range left {
+			// A record the tracker did not keep (over its bound) has
+			// no counts to read any more: nothing to add.
+			if g, ok := gone[k]; ok && len(g.Snapshot.Counts) > 0 {
+				b.kept[k] = keptFailures{counts: g.Snapshot.Counts, at: g.At}
+			}
+		}
+		for k, kf := range b.kept {
+			if _, ok := gone[k]; ok {
+				continue
+			}
+			delete(b.kept, k)
+			// Back in the config within removedKeep of its removal: its
+			// record brought the counts back into the live sums. Else
+			// the tracker forgot it (an upstream back later is new):
+			// carried for good. A return near the limit is counted as
+			// forgotten: a total a little high, never one going down.
+			if b.keys[k] && now.Sub(kf.at) < removedKeep {
+				continue
+			}
+			if b.carried == nil {
+				b.carried = map[classStage]uint64{}
+			}
+			for _, fc := range kf.counts {
+				b.carried[classStage{fc.Class, fc.Stage}] += fc.N
+			}
+		}
+	}
+	for _, kf := range b.kept {
+		for _, fc := range kf.counts {
+			pool[classStage{fc.Class, fc.Stage}] += fc.N
+		}
+	}
+	for k, n := range b.carried {
+		pool[k] += n
+	}
+}
+
+// sameSet tells whether a and b are the same endpoint set (the pool's
+// sets are immutable: a reload makes a new one).
+func sameSet(a, b []*upstream.Endpoint) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	return len(a) == 0 || &a[0] == &b[0]
+}
 
 var (
 	descUpstreams = prometheus.NewDesc("rotor_upstreams",
 		"Upstreams per state (eligible, cooling, probe_allowed, disabled).", []string{"state"}, nil)
 	descPoolFailures = prometheus.NewDesc("rotor_failures_total",
-		"Failures observed across the pool, by class and stage (the sum of rotor_upstream_failures_total).", []string{"class", "stage"}, nil)
+		"Failures observed across the pool, by class and stage: the sum of rotor_upstream_failures_total, and the failures of upstreams removed since the start.", []string{"class", "stage"}, nil)
 	descFailures = prometheus.NewDesc("rotor_upstream_failures_total",
 		"Failures observed per upstream, by class and stage.", []string{"upstream", "class", "stage"}, nil)
 	descProbes = prometheus.NewDesc("rotor_probes_total",
@@ -230,10 +349,6 @@ func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
 	eps := c.s.pool.Endpoints()
 	perUpstream := c.s.cfg.Load().Metrics.perUpstream(len(eps))
 	states := map[health.State]int{}
-	type classStage struct {
-		c health.Class
-		s health.Stage
-	}
 	pool := map[classStage]uint64{}
 	type mean struct {
 		sum float64
@@ -272,6 +387,7 @@ func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
 			add(gauges, descState, key{n, s.String(), ""}, v)
 		}
 	}
+	c.books.add(pool, c.s.tr, eps, c.s.clock.Now())
 	for _, st := range health.AllStates() {
 		ch <- prometheus.MustNewConstMetric(descUpstreams, prometheus.GaugeValue, float64(states[st]), st.String())
 	}

@@ -59,7 +59,21 @@ const (
 	// a core a third busy rewriting the file. Writes then use at most
 	// ~1/stateCostShare of a core; a restart loses a few seconds more.
 	stateCostShare = 20
+	// stateRetryMin is the delay before retrying a failed write (a full
+	// disk, a directory unwritable for a moment); it doubles at each
+	// failure up to stateRetryMax, and a success resets it.
+	stateRetryMin = time.Second
+	stateRetryMax = time.Minute
 )
+
+// stateRetryDelay is the delay before the next retry of a failed write
+// when the last one waited last (0: the first failure).
+func stateRetryDelay(last time.Duration) time.Duration {
+	if last < stateRetryMin {
+		return stateRetryMin
+	}
+	return min(2*last, stateRetryMax)
+}
 
 // stateFile is the state-file writer's state. The zero value after init
 // is idle; startStateFile starts it.
@@ -240,24 +254,42 @@ func stateDelay(cost time.Duration) time.Duration { return max(stateDebounce, st
 // upstreams). It never blocks.
 func (s *Server) kickState() { s.metrics.persist.kick() }
 
+// stateLoop is the writer. A write that fails is retried after
+// stateRetryDelay (1 s doubling to 1 min) until one succeeds, whether or
+// not anything changes meanwhile: it was tried again only at the next
+// transition or flush, so a moment's failure (a full disk, a directory
+// briefly unwritable) could leave the file a minute or more behind.
+// Transitions during a retry's wait ride along with the retry. A file
+// rotor refuses to write over (blockState) is not retried: nothing in
+// this process changes that.
 func (s *Server) stateLoop(sf *stateFile) {
 	flush := time.NewTicker(stateFlush)
 	defer flush.Stop()
-	var debounce <-chan time.Time
-	var cost time.Duration // of the last write
+	var debounce, retry <-chan time.Time
+	var cost time.Duration    // of the last write
+	var backoff time.Duration // the last retry's wait; 0 after a success
 	write := func() {
 		start := time.Now()
-		s.writeState()
+		failed := s.writeState()
 		cost = time.Since(start)
+		if !failed {
+			backoff, retry = 0, nil
+			return
+		}
+		backoff = stateRetryDelay(backoff)
+		debounce, retry = nil, time.After(backoff)
 	}
 	for {
 		select {
 		case <-sf.wake:
-			if debounce == nil {
+			if debounce == nil && retry == nil {
 				debounce = time.After(stateDelay(cost))
 			}
 		case <-debounce:
 			debounce = nil
+			write()
+		case <-retry:
+			retry = nil
 			write()
 		case <-flush.C:
 			write()
@@ -272,9 +304,11 @@ func (s *Server) stateLoop(sf *stateFile) {
 }
 
 // writeState is saveState for the writer loop: errors are logged, each
-// distinct one once (a failure repeating at every write says nothing
-// new), and the first write after failures says the file is written again.
-func (s *Server) writeState() {
+// distinct one once (a failure repeating at every write or retry says
+// nothing new), and the first write after failures says the file is
+// written again. It reports whether the write failed and is worth
+// retrying (not a file rotor refuses to write over).
+func (s *Server) writeState() (retry bool) {
 	wrote, err := s.writeStateFile()
 	sf := &s.metrics.persist
 	sf.writeMu.Lock()
@@ -294,6 +328,13 @@ func (s *Server) writeState() {
 	case recovered:
 		s.log.Info().Str("path", s.statePathInUse()).Msg("state file written again")
 	}
+	if err == nil {
+		return false
+	}
+	sf.mu.Lock()
+	blocked := sf.blockedBy != nil
+	sf.mu.Unlock()
+	return !blocked
 }
 
 // statePathInUse is the state file the writer writes.
@@ -593,6 +634,18 @@ func (r stateRecord) snapshot() health.Snapshot {
 	return s
 }
 
+// configDisabledDetail is the detail health gives a record the config
+// disabled (health.Tracker.Add).
+const configDisabledDetail = "disabled in config"
+
+// configDisabled tells whether r reads as disabled by the config rather
+// than by an operator: the file keeps no flag for a live record, and the
+// config has the last word on such a disable when the upstream comes back
+// (health.Removed.ConfigDisabled).
+func (r stateRecord) configDisabled() bool {
+	return r.State == health.Disabled && r.Reason == health.Operator && r.Detail == configDisabledDetail
+}
+
 // maxSkipLogged bounds the lines logged for unreadable records of one
 // state file; the rest are counted.
 const maxSkipLogged = 20
@@ -601,7 +654,9 @@ const maxSkipLogged = 20
 // missing file is not an error. A file that cannot be parsed is renamed
 // aside and reported; start-up goes on with fresh records. A record that
 // cannot be read is logged with its line and skipped; the others are
-// restored. Records for upstreams no longer configured are ignored.
+// restored. Records of upstreams no longer configured are kept as the
+// tracker keeps removed ones (health.Tracker.RestoreRemoved), removed at
+// this start.
 func (s *Server) loadState() error {
 	path := s.statePathInUse()
 	if path == "" {
@@ -653,13 +708,48 @@ func (s *Server) loadState() error {
 		if !ok {
 			continue
 		}
-		if s.tr.Restore(e.Key, r.snapshot()) {
+		snap := r.snapshot()
+		if r.configDisabled() {
+			// The config has the last word on its own disable (as
+			// health.Tracker.Add does on a reload): a record the config
+			// disabled and no longer does keeps the state it starts in
+			// with its counters and history (bug: it stayed disabled
+			// until an operator enabled it). Still disabled in the
+			// config, it is disabled already.
+			if cur := s.tr.Snapshot(e.Record()); cur.State != health.Disabled {
+				snap.State, snap.Reason, snap.Stage, snap.Detail, snap.Until = cur.State, cur.Reason, cur.Stage, cur.Detail, time.Time{}
+			}
+		}
+		if s.tr.Restore(e.Key, snap) {
 			restored++
 		}
 	}
+	revived, kept, expired := 0, 0, 0
+	// Records of upstreams left out of the config while rotor was
+	// stopped ("stale"): kept as a reload that removes an upstream keeps
+	// its record, removed now, when this start finds it gone (when it
+	// left is not known; the file's time would expire it sooner than a
+	// reload would). They were dropped: an operator's disable and the
+	// history were lost to an edit made during a restart.
+	stale := 0
+	now := s.clock.Now()
+	for _, r := range doc.Records {
+		if configured[r.Key] {
+			continue
+		}
+		stale++
+		rm := health.Removed{Snapshot: r.snapshot(), ConfigDisabled: r.configDisabled(), At: now}
+		if s.tr.RestoreRemoved(rm) {
+			kept++
+		} else {
+			expired++
+		}
+	}
+	if stale > 0 {
+		s.kickState() // write the removal down, with its time, soon
+	}
 	// Records of removed upstreams: onto an upstream back in the config,
 	// else kept for the rest of their 15 minutes.
-	revived, kept, expired := 0, 0, 0
 	for _, r := range doc.Removed {
 		if _, live := byKey[r.Key]; live {
 			continue // not in files rotor writes; the live record wins
@@ -674,7 +764,7 @@ func (s *Server) loadState() error {
 			kept++
 		}
 	}
-	s.log.Info().Str("path", path).Int("restored", restored).Int("stale", len(doc.Records)-restored).Int("skipped", len(doc.skipped)).
+	s.log.Info().Str("path", path).Int("restored", restored).Int("stale", stale).Int("skipped", len(doc.skipped)).
 		Int("revived", revived).Int("removed", kept).Int("expired", expired).
 		Time("written", doc.Written).Msg("state file restored")
 	return nil

@@ -269,7 +269,8 @@ func readStateDoc(t *testing.T, path string) *stateDoc {
 }
 
 // TestStateFileIgnoresUnknownUpstreams: records of upstreams removed from
-// the config are ignored on restore.
+// the config are not restored onto any upstream; they are kept as removed
+// (TestStateFileKeepsUpstreamLeftOutWhileStopped).
 func TestStateFileIgnoresUnknownUpstreams(t *testing.T) {
 	dir := t.TempDir()
 	text := stateConfig(dir)
@@ -293,6 +294,9 @@ func TestStateFileIgnoresUnknownUpstreams(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), `"restored":1,"stale":1`) {
 		t.Errorf("restore counts not logged: %s", logs.String())
+	}
+	if gone := srv.tr.ExportRemoved(); len(gone) != 1 || gone[0].Snapshot.Name != "gone" {
+		t.Errorf("removed records kept: %+v, want gone's", gone)
 	}
 }
 
