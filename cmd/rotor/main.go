@@ -115,23 +115,23 @@ func run(args []string, stdout, stderr io.Writer, notify notifyFunc) int {
 
 	if *check {
 		// Every problem of the file and its list files, in one run.
-		if path == "" {
-			fmt.Fprintln(stdout, "built-in defaults: ok")
-			return 0
+		if path != "" {
+			if err := gateway.CheckConfig(path); err != nil {
+				fmt.Fprintln(stderr, err)
+				return 1
+			}
 		}
-		if err := gateway.CheckConfig(path); err != nil {
-			fmt.Fprintln(stderr, err)
-			return 1
-		}
-		if cfg, err := gateway.LoadConfig(path); err == nil {
+		// The built-in defaults set no probe.url either: they get the
+		// same warnings as a file.
+		if cfg, err := loadConfig(path); err == nil {
 			if cfg.Probe.URL == "" {
-				fmt.Fprintf(stderr, "%s: warning: no [probe] url: cooled upstreams are re-admitted when their cooldown ends, and new ones serve, without a probe\n", path)
+				fmt.Fprintf(stderr, "%s: warning: no [probe] url: cooled upstreams are re-admitted when their cooldown ends, and new ones serve, without a probe\n", displayPath(cfg))
 			}
 			for _, w := range cfg.Warnings() {
-				fmt.Fprintf(stderr, "%s: warning: %s\n", path, w)
+				fmt.Fprintf(stderr, "%s: warning: %s\n", displayPath(cfg), w)
 			}
 		}
-		fmt.Fprintf(stdout, "%s: ok\n", path)
+		fmt.Fprintf(stdout, "%s: ok\n", displayPathOf(path))
 		return 0
 	}
 	cfg, err := loadConfig(path)
@@ -259,11 +259,15 @@ func configFile(path string) (string, error) {
 	return local, nil
 }
 
-func displayPath(cfg *gateway.Config) string {
-	if cfg.Path() == "" {
+func displayPath(cfg *gateway.Config) string { return displayPathOf(cfg.Path()) }
+
+// displayPathOf names the config file path for people: "built-in
+// defaults" when there is none.
+func displayPathOf(path string) string {
+	if path == "" {
 		return "built-in defaults"
 	}
-	return cfg.Path()
+	return path
 }
 
 // isTerminal reports whether w is a character device (a terminal).
