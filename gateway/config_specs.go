@@ -98,6 +98,12 @@ func (c *Config) listSpecs(specs *[]upstream.Spec, origins *[]origin) ([]ListCou
 		default:
 			continue // validate reports it at the scheme's line; the lines cannot be read without one
 		}
+		if f.Path == "" {
+			// Unset, empty or of the wrong type (left at ""): reported
+			// once at its line. Resolved, "" is the config file's own
+			// directory, which gave a second, bogus error.
+			continue
+		}
 		path := c.resolve(f.Path)
 		fh, err := os.Open(path)
 		if err != nil {
