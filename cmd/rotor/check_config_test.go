@@ -132,7 +132,7 @@ func TestCheckReportsEverythingAtOnce(t *testing.T) {
 		path + `:11: cooldown.refused.base: must not be negative (got -1s)`,
 		path + `:14: upstream.weight: want an integer, got a string`,
 		path + `:16: upstream_file: open ` + filepath.Join(dir, "missing.txt") + `: no such file or directory`,
-		list + `:2: upstream http://127.0.0.1:2001 duplicates the one at line 1`,
+		list + `:2: upstream http://127.0.0.1:2001 duplicates the one at line 1 (that one is kept; this line is skipped)`,
 		list + `:3: missing port`,
 	}
 	code, out, errs := runCmd(t, "-config", path, "-check")
