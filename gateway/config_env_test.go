@@ -56,3 +56,23 @@ func TestConfigAdminTokenEnvUnset(t *testing.T) {
 		t.Errorf("after the refused reload the admin token is %q, want the running one", got)
 	}
 }
+
+// TestConfigClientWithoutPassword: a [[client]] with a username and no
+// password (no key, an empty one, or password_env naming an unset
+// variable) is an error at its line, never a client that logs in with an
+// empty password.
+func TestConfigClientWithoutPassword(t *testing.T) {
+	const up = "[[upstream]]\nurl = \"direct://\"\n"
+	for name, tc := range map[string]struct{ text, want string }{
+		"no password key": {up + "[[client]]\nusername = \"bob\"\n", `rotor.toml:3: client "bob": password (or password_env) is required`},
+		"empty password":  {up + "[[client]]\nusername = \"bob\"\npassword = \"\"\n", `rotor.toml:5: client "bob": password (or password_env) is required`},
+		"unset password_env": {up + "[[client]]\nusername = \"bob\"\npassword_env = \"ROTOR_TEST_UNSET_CLIENT_PW\"\n",
+			`rotor.toml:5: client "bob": environment variable ROTOR_TEST_UNSET_CLIENT_PW is empty or unset`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if _, err := ParseConfig("rotor.toml", []byte(tc.text)); err == nil || err.Error() != tc.want {
+				t.Errorf("err = %v\nwant %s", err, tc.want)
+			}
+		})
+	}
+}
