@@ -2,7 +2,8 @@
 // It parses flags, loads the config, wires the gateway and handles
 // signals: SIGHUP (or a change of the config file) reloads, SIGTERM and
 // SIGINT drain and exit 0; a second SIGTERM or SIGINT ends the drain at
-// once and exits 128+signal.
+// once and exits 128+signal (one within repeatWindow of the first is the
+// same request, and ignored).
 package main
 
 import (
@@ -176,16 +177,24 @@ func run(args []string, stdout, stderr io.Writer, notify notifyFunc) int {
 		}
 		first = <-sigs
 	}
+	at := time.Now()
 	stopWatch()
 	<-done
-	return drain(srv, sigs, first, log)
+	return drain(srv, sigs, first, at, log)
 }
 
+// repeatWindow is how soon after the first a second SIGTERM or SIGINT is
+// taken as the same request, not a second one: GNU timeout (and other
+// supervisors) signal the process and then its process group, so rotor
+// gets SIGTERM twice within microseconds, and the drain ended at once.
+const repeatWindow = 100 * time.Millisecond
+
 // drain shuts srv down within shutdown_grace. A second SIGTERM or SIGINT
-// ends the drain at once: open tunnels are closed, the state file is
-// written, and the exit code is 128+signal, as for a process the signal
-// killed, so a supervisor sees the drain was cut short.
-func drain(srv *gateway.Server, sigs <-chan os.Signal, first os.Signal, log zerolog.Logger) int {
+// (at least repeatWindow after the first, received at at) ends the drain
+// at once: open tunnels are closed, the state file is written, and the
+// exit code is 128+signal, as for a process the signal killed, so a
+// supervisor sees the drain was cut short.
+func drain(srv *gateway.Server, sigs <-chan os.Signal, first os.Signal, at time.Time, log zerolog.Logger) int {
 	grace := srv.Config().ShutdownGrace
 	log.Info().Str("signal", first.String()).Dur("grace", grace).Msg("shutting down: draining tunnels")
 	ctx, cancel := context.WithTimeout(context.Background(), grace)
@@ -203,6 +212,10 @@ func drain(srv *gateway.Server, sigs <-chan os.Signal, first os.Signal, log zero
 			case sig := <-sigs:
 				if sig == syscall.SIGHUP {
 					continue // no reloads while draining
+				}
+				if time.Since(at) < repeatWindow {
+					log.Info().Str("signal", sig.String()).Msg("signal repeated at once: ignored (one sent later ends the drain)")
+					continue
 				}
 				log.Warn().Str("signal", sig.String()).Msg("second signal: ending the drain now")
 				code = 1
