@@ -25,6 +25,7 @@ func (c *Config) listenErrors() ConfigErrors {
 	}
 	fronts := []struct{ key, addr string }{{"socks5", c.Listen.SOCKS5}, {"http", c.Listen.HTTP}, {"admin", c.Listen.Admin}}
 	var bound []listenAddr
+	envSaid := false // the admin address's error names an unset admin_token_env
 	for _, f := range fronts {
 		if f.addr == "" {
 			continue
@@ -58,10 +59,17 @@ func (c *Config) listenErrors() ConfigErrors {
 		if err := checkExposure(alone); err != nil {
 			if f.key == "admin" && c.Listen.AdminToken == "" && c.Listen.AdminTokenEnv != "" {
 				add(f.key, "%v (admin_token_env names %s, which is empty or unset)", err, shown(c.Listen.AdminTokenEnv))
+				envSaid = true
 			} else {
 				add(f.key, "%v", err)
 			}
 		}
+	}
+	// An unset or empty admin_token_env is an error wherever the admin API
+	// listens, as password_env is: on loopback it silently ran with no
+	// token, which the operator who named a variable did not mean.
+	if !envSaid && c.Listen.AdminToken == "" && c.Listen.AdminTokenEnv != "" {
+		add("admin_token_env", "listen.admin_token_env: environment variable %s is empty or unset", shown(c.Listen.AdminTokenEnv))
 	}
 	return errs
 }

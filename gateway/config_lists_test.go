@@ -67,9 +67,9 @@ func TestCheckConfigReportsEverything(t *testing.T) {
 		path + ":6: upstream_file: open " + filepath.Join(dir, "missing.txt") + ": no such file or directory",
 		path + ":11: upstream_file: open " + filepath.Join(dir, "also-missing.txt") + ": no such file or directory",
 		path + ":13: upstream_file " + empty + ": " + emptyListMsg, // bug: "empty.txt: no upstreams…", no line
-		a + ":3: upstream socks5://127.0.0.1:2001 duplicates the one at line 2",
+		a + ":3: upstream socks5://127.0.0.1:2001 duplicates the one at line 2 (that one is kept; this line is skipped)",
 		a + ":4: missing port",
-		a + ":5: upstream socks5://127.0.0.1:1080 duplicates the one at " + path + ":4",
+		a + ":5: upstream socks5://127.0.0.1:1080 duplicates the one at " + path + ":4 (that one is kept; this line is skipped)",
 		a + ":6: invalid port \"0\"",
 	}
 	if got := err.Error(); got != strings.Join(want, "\n") {
@@ -212,9 +212,9 @@ func TestListDuplicateNamesTheOther(t *testing.T) {
 	})
 	path, a, b := filepath.Join(dir, "rotor.toml"), filepath.Join(dir, "a.txt"), filepath.Join(dir, "b.txt")
 	want := strings.Join([]string{
-		a + ":4: upstream http://127.0.0.1:2002 duplicates the one at line 2",
-		b + ":1: upstream http://127.0.0.1:2003 duplicates the one at " + a + ":3",
-		b + ":2: upstream http://127.0.0.1:2001 duplicates the one at " + path + ":2",
+		a + ":4: upstream http://127.0.0.1:2002 duplicates the one at line 2 (that one is kept; this line is skipped)",
+		b + ":1: upstream http://127.0.0.1:2003 duplicates the one at " + a + ":3 (that one is kept; this line is skipped)",
+		b + ":2: upstream http://127.0.0.1:2001 duplicates the one at " + path + ":2 (that one is kept; this line is skipped)",
 	}, "\n")
 	if err := CheckConfig(path); err == nil || err.Error() != want {
 		t.Errorf("got:\n%v\nwant:\n%s", err, want)

@@ -90,13 +90,24 @@ func (c *Config) listSpecs(specs *[]upstream.Spec, origins *[]origin) ([]ListCou
 	var unreadable ConfigErrors
 	seen := map[string]int{} // identity → index in specs, for the duplicates of it
 	for i, s := range *specs {
-		seen[upstream.Identity(s.URL)] = i
+		// The first of [[upstream]] duplicates is the one kept (validate
+		// rejects the others): a list line's duplicate names it.
+		k := upstream.Identity(s.URL)
+		if _, dup := seen[k]; !dup {
+			seen[k] = i
+		}
 	}
 	for i, f := range c.UpstreamFiles {
 		switch f.Scheme {
 		case "", "http", "https", "socks5", "socks5h":
 		default:
 			continue // validate reports it at the scheme's line; the lines cannot be read without one
+		}
+		if f.Path == "" {
+			// Unset, empty or of the wrong type (left at ""): reported
+			// once at its line. Resolved, "" is the config file's own
+			// directory, which gave a second, bogus error.
+			continue
 		}
 		path := c.resolve(f.Path)
 		fh, err := os.Open(path)
@@ -130,7 +141,7 @@ func (c *Config) listSpecs(specs *[]upstream.Spec, origins *[]origin) ([]ListCou
 			k := upstream.Identity(e.URL)
 			if prev, dup := seen[k]; dup {
 				skipped = append(skipped, ConfigError{File: path, Line: e.Line,
-					Msg: "upstream " + shown(upstream.Redact(e.URL)) + " duplicates the one at " + c.originAt((*origins)[prev], path)})
+					Msg: "upstream " + shown(upstream.Redact(e.URL)) + " duplicates the one at " + c.originAt((*origins)[prev], path) + " (that one is kept; this line is skipped)"})
 				continue
 			}
 			if f.Pipeline && e.URL.Scheme != "socks5" && e.URL.Scheme != "socks5h" {

@@ -3,8 +3,8 @@ package gateway
 import "reflect"
 
 // ReloadFile re-reads the config file the server runs from and applies it
-// (Reload). An invalid file leaves the running config serving; the error
-// carries FILE:LINE. With built-in defaults there is nothing to re-read.
+// (Reload), then logs the new config's warnings at warn. An invalid file
+// leaves the running config serving; the error carries FILE:LINE. With built-in defaults there is nothing to re-read.
 func (s *Server) ReloadFile() error {
 	path := s.cfg.Load().Path()
 	if path == "" {
@@ -14,7 +14,15 @@ func (s *Server) ReloadFile() error {
 	if err != nil {
 		return err
 	}
-	return s.Reload(next)
+	if err := s.Reload(next); err != nil {
+		return err
+	}
+	// What -check prints as warnings, logged as a start logs them
+	// (cmd/rotor): a reload can bring one in.
+	for _, w := range next.Warnings() {
+		s.log.Warn().Str("config", path).Msg(w)
+	}
+	return nil
 }
 
 // healthChanged reports whether next gives the health tracker another

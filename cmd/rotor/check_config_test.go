@@ -36,6 +36,9 @@ func TestCheckReportsWhatStartRefuses(t *testing.T) {
 		{"admin without token", "[listen]\nadmin = \"0.0.0.0:19090\"\n" + direct, []string{"2: refusing to start: listen.admin"}, nil},
 		{"admin_token_env unset", "[listen]\nadmin_token_env = \"ROTOR_TEST_CHECK_UNSET\"\nadmin = \"0.0.0.0:19090\"\n" + direct,
 			[]string{"3: refusing to start: listen.admin", "ROTOR_TEST_CHECK_UNSET"}, nil},
+		// On loopback too (bug: the admin API ran with no token, -check said ok).
+		{"admin_token_env unset on loopback", "[listen]\nadmin_token_env = \"ROTOR_TEST_CHECK_UNSET\"\n" + direct,
+			[]string{"2: listen.admin_token_env: environment variable ROTOR_TEST_CHECK_UNSET is empty or unset"}, nil},
 		{"unknown port", "[listen]\nsocks5 = \"127.0.0.1:notaport\"\n" + direct, []string{`2: listen.socks5: unknown port "notaport"`}, nil},
 		{"port out of range", "[listen]\nadmin = \"localhost:99999\"\n" + direct, []string{"2: listen.admin: port 99999 is out of range"}, nil},
 		{"two fronts on one address", "[listen]\nsocks5 = \"127.0.0.1:18790\"\nhttp = \"127.0.0.1:18790\"\n" + direct,
@@ -129,7 +132,7 @@ func TestCheckReportsEverythingAtOnce(t *testing.T) {
 		path + `:11: cooldown.refused.base: must not be negative (got -1s)`,
 		path + `:14: upstream.weight: want an integer, got a string`,
 		path + `:16: upstream_file: open ` + filepath.Join(dir, "missing.txt") + `: no such file or directory`,
-		list + `:2: upstream http://127.0.0.1:2001 duplicates the one at line 1`,
+		list + `:2: upstream http://127.0.0.1:2001 duplicates the one at line 1 (that one is kept; this line is skipped)`,
 		list + `:3: missing port`,
 	}
 	code, out, errs := runCmd(t, "-config", path, "-check")

@@ -2,7 +2,8 @@
 // It parses flags, loads the config, wires the gateway and handles
 // signals: SIGHUP (or a change of the config file) reloads, SIGTERM and
 // SIGINT drain and exit 0; a second SIGTERM or SIGINT ends the drain at
-// once and exits 128+signal.
+// once and exits 128+signal (one within repeatWindow of the first is the
+// same request, and ignored).
 package main
 
 import (
@@ -115,23 +116,23 @@ func run(args []string, stdout, stderr io.Writer, notify notifyFunc) int {
 
 	if *check {
 		// Every problem of the file and its list files, in one run.
-		if path == "" {
-			fmt.Fprintln(stdout, "built-in defaults: ok")
-			return 0
+		if path != "" {
+			if err := gateway.CheckConfig(path); err != nil {
+				fmt.Fprintln(stderr, err)
+				return 1
+			}
 		}
-		if err := gateway.CheckConfig(path); err != nil {
-			fmt.Fprintln(stderr, err)
-			return 1
-		}
-		if cfg, err := gateway.LoadConfig(path); err == nil {
+		// The built-in defaults set no probe.url either: they get the
+		// same warnings as a file.
+		if cfg, err := loadConfig(path); err == nil {
 			if cfg.Probe.URL == "" {
-				fmt.Fprintf(stderr, "%s: warning: no [probe] url: cooled upstreams are re-admitted when their cooldown ends, and new ones serve, without a probe\n", path)
+				fmt.Fprintf(stderr, "%s: warning: no [probe] url: cooled upstreams are re-admitted when their cooldown ends, and new ones serve, without a probe\n", displayPath(cfg))
 			}
 			for _, w := range cfg.Warnings() {
-				fmt.Fprintf(stderr, "%s: warning: %s\n", path, w)
+				fmt.Fprintf(stderr, "%s: warning: %s\n", displayPath(cfg), w)
 			}
 		}
-		fmt.Fprintf(stdout, "%s: ok\n", path)
+		fmt.Fprintf(stdout, "%s: ok\n", displayPathOf(path))
 		return 0
 	}
 	cfg, err := loadConfig(path)
@@ -176,16 +177,24 @@ func run(args []string, stdout, stderr io.Writer, notify notifyFunc) int {
 		}
 		first = <-sigs
 	}
+	at := time.Now()
 	stopWatch()
 	<-done
-	return drain(srv, sigs, first, log)
+	return drain(srv, sigs, first, at, log)
 }
 
+// repeatWindow is how soon after the first a second SIGTERM or SIGINT is
+// taken as the same request, not a second one: GNU timeout (and other
+// supervisors) signal the process and then its process group, so rotor
+// gets SIGTERM twice within microseconds, and the drain ended at once.
+const repeatWindow = 100 * time.Millisecond
+
 // drain shuts srv down within shutdown_grace. A second SIGTERM or SIGINT
-// ends the drain at once: open tunnels are closed, the state file is
-// written, and the exit code is 128+signal, as for a process the signal
-// killed, so a supervisor sees the drain was cut short.
-func drain(srv *gateway.Server, sigs <-chan os.Signal, first os.Signal, log zerolog.Logger) int {
+// (at least repeatWindow after the first, received at at) ends the drain
+// at once: open tunnels are closed, the state file is written, and the
+// exit code is 128+signal, as for a process the signal killed, so a
+// supervisor sees the drain was cut short.
+func drain(srv *gateway.Server, sigs <-chan os.Signal, first os.Signal, at time.Time, log zerolog.Logger) int {
 	grace := srv.Config().ShutdownGrace
 	log.Info().Str("signal", first.String()).Dur("grace", grace).Msg("shutting down: draining tunnels")
 	ctx, cancel := context.WithTimeout(context.Background(), grace)
@@ -203,6 +212,10 @@ func drain(srv *gateway.Server, sigs <-chan os.Signal, first os.Signal, log zero
 			case sig := <-sigs:
 				if sig == syscall.SIGHUP {
 					continue // no reloads while draining
+				}
+				if time.Since(at) < repeatWindow {
+					log.Info().Str("signal", sig.String()).Msg("signal repeated at once: ignored (one sent later ends the drain)")
+					continue
 				}
 				log.Warn().Str("signal", sig.String()).Msg("second signal: ending the drain now")
 				code = 1
@@ -259,11 +272,15 @@ func configFile(path string) (string, error) {
 	return local, nil
 }
 
-func displayPath(cfg *gateway.Config) string {
-	if cfg.Path() == "" {
+func displayPath(cfg *gateway.Config) string { return displayPathOf(cfg.Path()) }
+
+// displayPathOf names the config file path for people: "built-in
+// defaults" when there is none.
+func displayPathOf(path string) string {
+	if path == "" {
 		return "built-in defaults"
 	}
-	return cfg.Path()
+	return path
 }
 
 // isTerminal reports whether w is a character device (a terminal).

@@ -216,3 +216,18 @@ func TestCheckAndHealthcheckTogether(t *testing.T) {
 		t.Errorf("exit %d, stderr %q; want 2 and a usage error", code, errs)
 	}
 }
+
+// TestCheckDefaultsProbeWarning: `rotor -check` on the built-in defaults
+// (no [probe] url either) prints the same no-probe warning a config file
+// without [probe] gets (bug: it printed only "built-in defaults: ok").
+func TestCheckDefaultsProbeWarning(t *testing.T) {
+	t.Chdir(t.TempDir())
+	code, out, errs := runCmd(t, "-check")
+	if code != 0 || out != "built-in defaults: ok\n" {
+		t.Fatalf("-check on the defaults: exit %d stdout %q, want 0 and ok", code, out)
+	}
+	const want = "built-in defaults: warning: no [probe] url: cooled upstreams are re-admitted when their cooldown ends, and new ones serve, without a probe\n"
+	if errs != want {
+		t.Errorf("stderr %q, want %q", errs, want)
+	}
+}
