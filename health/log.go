@@ -18,11 +18,17 @@ func (t *Tracker) logChange(c change) {
 	} else {
 		ev = ev.Stringer("from", c.tr.From).Stringer("to", c.tr.To)
 	}
-	if c.tr.Reason != ClassNone {
+	// operator is the reason of an operator's (or the config's) act, no
+	// failure class: such a line has stage operator and no class, and the
+	// operator's reason (detail) in its place.
+	if c.tr.Reason != ClassNone && c.tr.Reason != Operator {
 		ev = ev.Stringer("class", c.tr.Reason)
 	}
 	if c.tr.Stage != StageNone {
 		ev = ev.Stringer("stage", c.tr.Stage)
+	}
+	if c.tr.Stage == StageOperator && !c.restored && c.tr.Detail != "" {
+		ev = ev.Str("detail", c.tr.Detail)
 	}
 	if !c.until.IsZero() {
 		ev = ev.Time("until", c.until)
