@@ -39,4 +39,49 @@ func TestOperatorDisableLogLine(t *testing.T) {
 	if len(admin) != 1 || !strings.Contains(admin[0]["detail"].(string), "maintenance window") {
 		t.Errorf("admin line %v, want one with the operator's reason", admin)
 	}
+
+	// The enable's line likewise: stage operator, no class, and what the
+	// history says of it.
+	if code, _, body := f.do(t, "POST", "/api/upstreams/dc-1/enable", ""); code != http.StatusOK {
+		t.Fatalf("enable: %d %s", code, body)
+	}
+	got = nil
+	eventuallyTrue(t, "the enable's state-change line", func() bool {
+		for _, l := range linesWith(t, f.logs, "upstream state changed") {
+			if l["upstream"] == "dc-1" && l["from"] == "disabled" {
+				got = l
+				return true
+			}
+		}
+		return false
+	})
+	if _, ok := got["class"]; ok || got["stage"] != "operator" || got["detail"] != "enabled by operator" {
+		t.Errorf("enable line %v, want stage operator, no class, detail \"enabled by operator\"", got)
+	}
+}
+
+// TestAdminReportLogLine: the admin line of a reported failure carries
+// the client's detail (it was left out, so a report the upstream's state
+// already covered left no trace of what was reported) and a target only
+// when the report named one (it said "target":"").
+func TestAdminReportLogLine(t *testing.T) {
+	f := newAdminFixture(t, adminConfig, fixedClock())
+	for _, body := range []string{`{"class":"refused","detail":"ban page seen"}`, `{"class":"refused","detail":"again, for a host","target":"shop.example"}`} {
+		if code, _, out := f.do(t, "POST", "/api/upstreams/dc-1/report", body); code != http.StatusOK {
+			t.Fatalf("report %s: %d %s", body, code, out)
+		}
+	}
+	lines := linesWith(t, f.logs, "admin: failure reported")
+	if len(lines) != 2 {
+		t.Fatalf("%d report lines, want 2: %s", len(lines), f.logs)
+	}
+	if d, _ := lines[0]["detail"].(string); !strings.Contains(d, "ban page seen") {
+		t.Errorf("first line's detail %q, want the client's: %v", d, lines[0])
+	}
+	if tg, ok := lines[0]["target"]; ok {
+		t.Errorf("first line names target %q, none was given: %v", tg, lines[0])
+	}
+	if d, _ := lines[1]["detail"].(string); !strings.Contains(d, "again, for a host") || lines[1]["target"] != "shop.example" {
+		t.Errorf("second line: %v, want its detail and target shop.example", lines[1])
+	}
 }
