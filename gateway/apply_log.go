@@ -32,8 +32,11 @@ func (s *Server) logApplied(cfg *Config, added, removed []string, before map[str
 		}
 		now[n] = st
 	}
-	s.logChanged(added, now, "to", "upstream added", "upstreams added")
+	// Removals first: an upstream replaced by another of the same name
+	// (host:port with another user) read "added X", then "removed X", as
+	// if X were gone.
 	s.logChanged(removed, before, "from", "upstream removed from config", "upstreams removed from config")
+	s.logChanged(added, now, "to", "upstream added", "upstreams added")
 	s.warnProbeBacklog(cfg, waiting)
 	s.noteMetricsCap(cfg, len(s.pool.Endpoints()))
 }

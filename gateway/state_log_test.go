@@ -85,3 +85,27 @@ func TestAdminReportLogLine(t *testing.T) {
 		t.Errorf("second line: %v, want its detail and target shop.example", lines[1])
 	}
 }
+
+// TestReloadLogsRemovedBeforeAdded: a reload that replaces an upstream by
+// another of the same name (host:port, another user) logs the removal
+// first: "upstream added X" then "upstream removed from config X" read
+// as X gone, when the new X serves.
+func TestReloadLogsRemovedBeforeAdded(t *testing.T) {
+	conf := func(user string) string {
+		return "[listen]\nsocks5 = \"127.0.0.1:0\"\nhttp = \"\"\nadmin = \"\"\n[[upstream]]\nurl = \"http://" + user + ":pw@127.0.0.1:2\"\n"
+	}
+	srv, logs := newGateway(t, "rotor.toml", conf("alice"))
+	cfg, err := ParseConfig("rotor.toml", []byte(conf("bob")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := len(logs.String())
+	if err := srv.Reload(cfg); err != nil {
+		t.Fatal(err)
+	}
+	out := logs.String()[start:]
+	removed, added := strings.Index(out, `"message":"upstream removed from config"`), strings.Index(out, `"message":"upstream added"`)
+	if removed < 0 || added < 0 || removed > added {
+		t.Errorf("want the removal's line, then the addition's:\n%s", out)
+	}
+}
