@@ -109,3 +109,25 @@ func TestReloadLogsRemovedBeforeAdded(t *testing.T) {
 		t.Errorf("want the removal's line, then the addition's:\n%s", out)
 	}
 }
+
+// TestSOCKSWrongCredentialsLogNamesUser: the debug line of a SOCKS5 client
+// whose credentials were refused names the user (its base name, never the
+// password), as the HTTP front's 407 line does; it named none.
+func TestSOCKSWrongCredentialsLogNamesUser(t *testing.T) {
+	const canary = "wr0ng-c4n4ry"
+	srv, logs := startGateway(t, "[[client]]\nusername = \"scraper\"\npassword = \"right-pw\"\n[[upstream]]\nurl = \"direct://\"\n")
+	if _, err := socksGet(t, srv.Addr("socks5"), "scraper-session-s1", canary, "http://example.test/"); err == nil {
+		t.Fatal("wrong credentials accepted")
+	}
+	var lines []map[string]any
+	eventuallyTrue(t, "the handshake's line", func() bool {
+		lines = linesWith(t, logs, "socks5 handshake failed")
+		return len(lines) > 0
+	})
+	if lines[0]["user"] != "scraper" {
+		t.Errorf("line %v, want user scraper", lines[0])
+	}
+	if strings.Contains(logs.String(), canary) {
+		t.Errorf("the password in the log:\n%s", logs)
+	}
+}
