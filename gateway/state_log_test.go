@@ -16,16 +16,7 @@ func TestOperatorDisableLogLine(t *testing.T) {
 	if code, _, body := f.do(t, "POST", "/api/upstreams/dc-1/disable", `{"detail":"maintenance window"}`); code != http.StatusOK {
 		t.Fatalf("disable: %d %s", code, body)
 	}
-	var got map[string]any
-	eventuallyTrue(t, "the state-change line", func() bool {
-		for _, l := range linesWith(t, f.logs, "upstream state changed") {
-			if l["upstream"] == "dc-1" && l["to"] == "disabled" {
-				got = l
-				return true
-			}
-		}
-		return false
-	})
+	got := stateLine(t, f.logs, "dc-1", "to", "disabled")
 	if c, ok := got["class"]; ok {
 		t.Errorf("class %v on an operator's disable, want none: %v", c, got)
 	}
@@ -45,19 +36,27 @@ func TestOperatorDisableLogLine(t *testing.T) {
 	if code, _, body := f.do(t, "POST", "/api/upstreams/dc-1/enable", ""); code != http.StatusOK {
 		t.Fatalf("enable: %d %s", code, body)
 	}
-	got = nil
-	eventuallyTrue(t, "the enable's state-change line", func() bool {
-		for _, l := range linesWith(t, f.logs, "upstream state changed") {
-			if l["upstream"] == "dc-1" && l["from"] == "disabled" {
+	got = stateLine(t, f.logs, "dc-1", "from", "disabled")
+	if _, ok := got["class"]; ok || got["stage"] != "operator" || got["detail"] != "enabled by operator" {
+		t.Errorf("enable line %v, want stage operator, no class, detail \"enabled by operator\"", got)
+	}
+}
+
+// stateLine waits for the first "upstream state changed" line of
+// upstream whose key is value, and returns it decoded.
+func stateLine(t *testing.T, logs *logBuffer, upstream, key, value string) map[string]any {
+	t.Helper()
+	var got map[string]any
+	eventuallyTrue(t, "the state-change line of "+upstream+" with "+key+" "+value, func() bool {
+		for _, l := range linesWith(t, logs, "upstream state changed") {
+			if l["upstream"] == upstream && l[key] == value {
 				got = l
 				return true
 			}
 		}
 		return false
 	})
-	if _, ok := got["class"]; ok || got["stage"] != "operator" || got["detail"] != "enabled by operator" {
-		t.Errorf("enable line %v, want stage operator, no class, detail \"enabled by operator\"", got)
-	}
+	return got
 }
 
 // TestAdminReportLogLine: the admin line of a reported failure carries
