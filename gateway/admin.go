@@ -425,8 +425,15 @@ func (s *Server) serveReport(w http.ResponseWriter, r *http.Request, e *upstream
 	}
 	f := &health.Failure{Class: class, Stage: stage, Target: host, Err: errors.New(detail)}
 	s.pool.Report(e, f)
-	s.log.Info().Str("upstream", e.Name).Str("client", r.RemoteAddr).Str("class", class.String()).
-		Str("stage", stage.String()).Str("target", f.Target).Msg("admin: failure reported")
+	// The client's detail goes in the line as the disable's does (it
+	// was left out: a report the upstream's state already covered left
+	// no trace of what was reported); the target only when one was given.
+	ev := s.log.Info().Str("upstream", e.Name).Str("client", r.RemoteAddr).Str("class", class.String()).
+		Str("stage", stage.String()).Str("detail", detail)
+	if f.Target != "" {
+		ev = ev.Str("target", f.Target)
+	}
+	ev.Msg("admin: failure reported")
 	writeJSON(w, http.StatusOK, s.record(e))
 }
 

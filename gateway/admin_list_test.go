@@ -313,12 +313,12 @@ func TestAddedUpstreamsLogged(t *testing.T) {
 		t.Errorf("2 added by a reload:\n%s", out)
 	}
 	out = reload(pool(2)) // 21 removed: 127.0.0.3 .. 127.0.0.23
-	if !strings.Contains(out, `{"level":"info","upstreams":21,"first":["127.0.0.3:1080","127.0.0.4:1080","127.0.0.5:1080","127.0.0.6:1080","127.0.0.7:1080"],"probe_allowed":21,"class":"operator","stage":"operator","message":"upstreams removed from config"}`) ||
+	if !strings.Contains(out, `{"level":"info","upstreams":21,"first":["127.0.0.3:1080","127.0.0.4:1080","127.0.0.5:1080","127.0.0.6:1080","127.0.0.7:1080"],"probe_allowed":21,"stage":"operator","message":"upstreams removed from config"}`) ||
 		strings.Contains(out, `{"level":"info","upstream":`) {
 		t.Errorf("21 removed: want one summary line:\n%s", out)
 	}
 	out = reload(pool(1)) // 127.0.0.2 removed
-	if !strings.Contains(out, `{"level":"info","upstream":"127.0.0.2:1080","from":"probe_allowed","class":"operator","stage":"operator","message":"upstream removed from config"}`) {
+	if !strings.Contains(out, `{"level":"info","upstream":"127.0.0.2:1080","from":"probe_allowed","stage":"operator","message":"upstream removed from config"}`) {
 		t.Errorf("1 removed: want its line with the state it was in:\n%s", out)
 	}
 }

@@ -32,8 +32,11 @@ func (s *Server) logApplied(cfg *Config, added, removed []string, before map[str
 		}
 		now[n] = st
 	}
-	s.logChanged(added, now, "to", "upstream added", "upstreams added")
+	// Removals first: an upstream replaced by another of the same name
+	// (host:port with another user) read "added X", then "removed X", as
+	// if X were gone.
 	s.logChanged(removed, before, "from", "upstream removed from config", "upstreams removed from config")
+	s.logChanged(added, now, "to", "upstream added", "upstreams added")
 	s.warnProbeBacklog(cfg, waiting)
 	s.noteMetricsCap(cfg, len(s.pool.Endpoints()))
 }
@@ -81,7 +84,7 @@ func (s *Server) statesByName() map[string]string {
 // they are few, else one summary line with the count, the first five and
 // the count per state: replacing a seller list would otherwise log
 // hundreds of thousands of lines. Removals (key "from") are operator
-// actions and say so.
+// actions and say so: stage operator, and no class (no failure).
 func (s *Server) logChanged(names []string, state map[string]string, key, one, many string) {
 	if len(names) == 0 {
 		return
@@ -90,7 +93,7 @@ func (s *Server) logChanged(names []string, state map[string]string, key, one, m
 		for _, n := range names {
 			ev := s.log.Info().Str("upstream", n).Str(key, state[n])
 			if key == "from" {
-				ev = ev.Str("class", health.Operator.String()).Str("stage", health.StageOperator.String())
+				ev = ev.Str("stage", health.StageOperator.String())
 			}
 			ev.Msg(one)
 		}
@@ -107,7 +110,7 @@ func (s *Server) logChanged(names []string, state map[string]string, key, one, m
 		}
 	}
 	if key == "from" {
-		ev = ev.Str("class", health.Operator.String()).Str("stage", health.StageOperator.String())
+		ev = ev.Str("stage", health.StageOperator.String())
 	}
 	ev.Msg(many)
 }

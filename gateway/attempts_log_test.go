@@ -1,33 +1,12 @@
 package gateway
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/url"
-	"strings"
 	"testing"
-	"time"
 
 	"github.com/rotor-proxy/rotor/upstream/upstreamtest"
 )
-
-// forwardLines returns the "request forwarded" log lines so far, decoded.
-func forwardLines(t *testing.T, logs *logBuffer) []map[string]any {
-	t.Helper()
-	var out []map[string]any
-	for l := range strings.SplitSeq(logs.String(), "\n") {
-		if !strings.Contains(l, `"message":"request forwarded"`) {
-			continue
-		}
-		var m map[string]any
-		if err := json.Unmarshal([]byte(l), &m); err != nil {
-			t.Fatalf("log line %q: %v", l, err)
-		}
-		out = append(out, m)
-	}
-	return out
-}
 
 // TestForwardLogCountsStatusRetries: the "attempts" of a forwarded
 // request's line counts every upstream it went through, those whose
@@ -55,10 +34,7 @@ func TestForwardLogCountsStatusRetries(t *testing.T) {
 			// cools for the host: each request meets the same three.
 			srv, logs := startGateway(t, fmt.Sprintf("%s\n[pool]\nstart_eligible = true\nmax_attempts = 3\nretry_statuses = [403, 429, 501]\n[target_http_error]\nstatuses = []\n%s",
 				probeConf(target), upstreamConf(names, tc.ups, nil)))
-			pu := &url.URL{Scheme: "http", Host: srv.Addr("http")}
-			tr := &http.Transport{Proxy: http.ProxyURL(pu), DisableKeepAlives: true}
-			t.Cleanup(tr.CloseIdleConnections)
-			c := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+			c := forwardingClient(t, srv)
 			maxSeen := 0
 			for i, method := range []string{http.MethodGet, http.MethodOptions, http.MethodGet, http.MethodOptions, http.MethodHead, http.MethodGet} {
 				before := map[string]int64{}
@@ -75,7 +51,7 @@ func TestForwardLogCountsStatusRetries(t *testing.T) {
 				}
 				var lines []map[string]any
 				eventually(t, "the request's log line", func() bool {
-					lines = forwardLines(t, logs)
+					lines = linesWith(t, logs, "request forwarded")
 					return len(lines) > i
 				})
 				var reached int64

@@ -101,7 +101,7 @@ func TestForwardReusedConnClosedBeforeAnswer(t *testing.T) {
 			}
 			var line map[string]any
 			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-				if lines := forwardLines(t, logs); len(lines) == 2 {
+				if lines := linesWith(t, logs, "request forwarded"); len(lines) == 2 {
 					line = lines[0]
 					if line["outcome"] == "ok" {
 						line = lines[1]

@@ -1,35 +1,15 @@
 package gateway
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"net/url"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/rotor-proxy/rotor/upstream/upstreamtest"
 )
-
-// linesWith returns the log lines with message msg so far, decoded.
-func linesWith(t *testing.T, logs *logBuffer, msg string) []map[string]any {
-	t.Helper()
-	var out []map[string]any
-	for l := range strings.SplitSeq(logs.String(), "\n") {
-		if !strings.Contains(l, `"message":"`+msg+`"`) {
-			continue
-		}
-		var m map[string]any
-		if err := json.Unmarshal([]byte(l), &m); err != nil {
-			t.Fatalf("log line %q: %v", l, err)
-		}
-		out = append(out, m)
-	}
-	return out
-}
 
 // TestForwardFailureLogNamesUpstream: the line of a forwarded request
 // whose attempts failed names the upstream, as a tunnel's line does
@@ -57,10 +37,7 @@ func TestForwardFailureLogNamesUpstream(t *testing.T) {
 	for _, method := range []string{http.MethodGet, http.MethodPost} { // lean path, Transport
 		t.Run(method, func(t *testing.T) {
 			srv, logs := start(t)
-			pu := &url.URL{Scheme: "http", Host: srv.Addr("http")}
-			tr := &http.Transport{Proxy: http.ProxyURL(pu), DisableKeepAlives: true}
-			t.Cleanup(tr.CloseIdleConnections)
-			c := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+			c := forwardingClient(t, srv)
 			req, _ := http.NewRequest(method, "http://example.test/x", nil)
 			if method == http.MethodPost {
 				req.Body = io.NopCloser(strings.NewReader("body"))

@@ -40,14 +40,17 @@ func (s *Server) finishLease(l *upstream.Lease, addr string, res relayResult) {
 	l.Done()
 }
 
-// stallReporter returns the watchdog's callback for one tunnel: the
-// failure is recorded against the upstream at once and logged.
-func (s *Server) stallReporter(l *upstream.Lease, addr string) func(*health.Failure) {
+// stallReporter returns the watchdog's callback for tunnel id on front:
+// the failure is recorded against the upstream at once and logged, with
+// the conn_id and listener of the tunnel's own summary line (it had
+// neither, so a stall could not be told from the upstream's other
+// tunnels).
+func (s *Server) stallReporter(id uint64, front string, l *upstream.Lease, addr string) func(*health.Failure) {
 	return func(f *health.Failure) {
 		f.Target = upstream.Request{Addr: addr}.Host()
 		l.Fail(f)
-		s.log.Info().Str("upstream", l.Endpoint.Name).Str("target", addr).Str("class", f.Class.String()).
-			Str("stage", f.Stage.String()).Msg("tunnel stalled while the client waits")
+		s.log.Info().Uint64("conn_id", id).Str("listener", front).Str("upstream", l.Endpoint.Name).Str("target", addr).
+			Str("class", f.Class.String()).Str("stage", f.Stage.String()).Msg("tunnel stalled while the client waits")
 	}
 }
 

@@ -141,7 +141,7 @@ func (s *Server) serveSOCKS(c net.Conn, release func()) {
 	if err != nil {
 		_ = c.Close()
 		if leave() {
-			s.socksHandshakeFailed(id, c, err, false)
+			s.socksHandshakeFailed(id, c, err, false, "")
 		}
 		return
 	}
@@ -199,20 +199,25 @@ func (s *Server) serveSOCKS(c net.Conn, release func()) {
 		}
 		_ = c.Close()
 		if leave() {
-			s.socksHandshakeFailed(id, c, err, clientAuth)
+			s.socksHandshakeFailed(id, c, err, clientAuth, user)
 		}
 	}
 }
 
 // socksHandshakeFailed logs and counts a client that did not get as far as
-// a request rotor could act on (clientAuth: for want of valid credentials).
+// a request rotor could act on (clientAuth: for want of valid credentials;
+// user is the RFC 1929 username it sent, logged by its base name as the
+// HTTP front's 407 line does, never with the password).
 // A client that left before its first byte is not worth a line.
-func (s *Server) socksHandshakeFailed(id uint64, c net.Conn, err error, clientAuth bool) {
+func (s *Server) socksHandshakeFailed(id uint64, c net.Conn, err error, clientAuth bool, user string) {
 	if err == nil || errors.Is(err, io.EOF) {
 		return
 	}
-	s.log.Debug().Uint64("conn_id", id).Str("listener", "socks5").Str("client", c.RemoteAddr().String()).
-		Err(err).Msg("socks5 handshake failed")
+	ev := s.log.Debug().Uint64("conn_id", id).Str("listener", "socks5").Str("client", c.RemoteAddr().String())
+	if u := parseUser(user).User; clientAuth && u != "" {
+		ev = ev.Str("user", u)
+	}
+	ev.Err(err).Msg("socks5 handshake failed")
 	if clientAuth {
 		s.metrics.tunnelDone("socks5", "client_auth")
 		return

@@ -370,7 +370,7 @@ func (s *Server) runTunnel(id uint64, front string, c net.Conn, lease *upstream.
 		onEnd()
 		s.tunnelWG.Done()
 	}
-	report := s.stallReporter(lease, addr)
+	report := s.stallReporter(id, front, lease, addr)
 	if direct {
 		// No proxy in between: a slow first byte or a stalled body can
 		// only be the target's, so it cools direct for that host, never

@@ -114,8 +114,15 @@ func TestTunnelStallWhileClientWaitsIsSlowBody(t *testing.T) {
 	if h := snap.History[len(snap.History)-1]; h.Reason != health.SlowBody || h.Stage != health.StageBody {
 		t.Errorf("last transition = %+v, want slow_body at body", h)
 	}
-	if !strings.Contains(logs.String(), "tunnel stalled while the client waits") {
-		t.Error("no log line for the stall")
+	// The line names its tunnel, so it can be told from the others on
+	// the upstream (it had no conn_id and no listener).
+	var lines []map[string]any
+	eventuallyTrue(t, "the stall's line", func() bool {
+		lines = linesWith(t, logs, "tunnel stalled while the client waits")
+		return len(lines) > 0
+	})
+	if l := lines[0]; l["conn_id"] == nil || l["listener"] != "socks5" || l["upstream"] != "up" || l["class"] != "slow_body" {
+		t.Errorf("stall line %v, want its conn_id, listener socks5, upstream up, class slow_body", l)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -70,6 +71,9 @@ func (s *Server) Watch(ctx context.Context, hup <-chan os.Signal) {
 			dirs[d] = true
 		}
 	}
+	// pending is the watched files seen changed since the last reload:
+	// what a change-driven reload's line names.
+	pending := map[string]bool{}
 	reload := func(why string) {
 		if s.cfg.Load().Path() == "" {
 			// Built-in defaults: without this line a SIGHUP logged
@@ -77,7 +81,16 @@ func (s *Server) Watch(ctx context.Context, hup <-chan os.Signal) {
 			s.log.Info().Str("reason", why).Msg("nothing to reload: running on built-in defaults (no config file)")
 			return
 		}
-		s.log.Info().Str("reason", why).Msg("reloading")
+		ev := s.log.Info()
+		if why == "" {
+			ev = s.changedFiles(ev, pending)
+			clear(pending)
+		} else {
+			// A SIGHUP leaves pending to the change's own reload, due
+			// after reloadDebounce.
+			ev = ev.Str("reason", why)
+		}
+		ev.Msg("reloading")
 		// What the reload reads is at least as new as what is seen now,
 		// so a change made during the reload still differs afterwards.
 		ws.changed()
@@ -101,6 +114,7 @@ func (s *Server) Watch(ctx context.Context, hup <-chan os.Signal) {
 			}
 			switch {
 			case files[filepath.Clean(ev.Name)] && ev.Op&(fsnotify.Write|fsnotify.Create|fsnotify.Rename|fsnotify.Remove) != 0:
+				pending[filepath.Clean(ev.Name)] = true
 				debounce = time.After(reloadDebounce)
 			case recheck == nil:
 				// Not reset by later events, so steady churn (a log
@@ -115,12 +129,15 @@ func (s *Server) Watch(ctx context.Context, hup <-chan os.Signal) {
 			s.log.Warn().Err(err).Msg("file watch error")
 		case <-recheck:
 			recheck = nil
-			if ws.changed() {
+			if diff := ws.changed(); len(diff) > 0 {
+				for _, f := range diff {
+					pending[f] = true
+				}
 				debounce = time.After(reloadDebounce)
 			}
 		case <-debounce:
 			debounce = nil
-			reload("config file changed")
+			reload("") // the reason is which files changed
 		}
 	}
 }
@@ -195,18 +212,53 @@ func (ws *watchSet) set(files map[string]bool) map[string]bool {
 	return dirs
 }
 
-// changed looks at every watched file again and reports whether any
-// differs from when it was last seen; what it sees now becomes the
-// reference.
-func (ws *watchSet) changed() bool {
-	diff := false
+// changed looks at every watched file again and returns those that
+// differ from when they were last seen (none: nil); what it sees now
+// becomes the reference.
+func (ws *watchSet) changed() []string {
+	var diff []string
 	for f, old := range ws.seen {
 		if id := statFile(f); !id.same(old) {
 			ws.seen[f] = id
-			diff = true
+			diff = append(diff, f)
 		}
 	}
 	return diff
+}
+
+// changedFiles adds to a reload's line what made it: the reason ("config
+// file changed", "upstream list file changed", or both) and the path of
+// each file in changed (file, or files for more than one). A change of an
+// [[upstream_file]] list was logged as "config file changed", so an
+// operator looked for an edit of the config that nobody made.
+func (s *Server) changedFiles(ev *zerolog.Event, changed map[string]bool) *zerolog.Event {
+	conf := ""
+	if p := s.cfg.Load().Path(); p != "" {
+		conf = filepath.Clean(absPath(p))
+	}
+	paths := make([]string, 0, len(changed))
+	var config, lists bool
+	for f := range changed {
+		paths = append(paths, f)
+		if f == conf {
+			config = true
+		} else {
+			lists = true
+		}
+	}
+	slices.Sort(paths)
+	switch {
+	case config && lists:
+		ev = ev.Str("reason", "config file and upstream list file changed")
+	case lists:
+		ev = ev.Str("reason", "upstream list file changed")
+	default:
+		ev = ev.Str("reason", "config file changed")
+	}
+	if len(paths) == 1 {
+		return ev.Str("file", paths[0])
+	}
+	return ev.Strs("files", paths)
 }
 
 func absPath(p string) string {

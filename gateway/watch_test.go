@@ -92,10 +92,17 @@ func TestWatchConfigMapSwap(t *testing.T) {
 
 	lists.update(map[string]string{"proxies.txt": c.Addr() + "\n"})
 	eventuallyTrue(t, "c added by the list's ConfigMap swap", func() bool { return srv.Pool().Lookup(c.Addr()) != nil })
-	// One reload per swap: the version directories' own churn reloads
-	// nothing more.
-	if got := strings.Count(logs.String(), `"reason":"config file changed"`); got != 2 {
-		t.Errorf("%d reloads for two swaps, want 2: %s", got, logs.String())
+	// One reload per swap, each naming the file it is for (the list's
+	// was "config file changed" too): the version directories' own churn
+	// reloads nothing more.
+	var reasons []string
+	for _, l := range linesWith(t, logs, "reloading") {
+		reasons = append(reasons, fmt.Sprint(l["reason"], " ", l["file"]))
+	}
+	want := []string{"SIGHUP <nil>", "config file changed " + filepath.Join(etc.dir, "rotor.toml"),
+		"upstream list file changed " + filepath.Join(lists.dir, "proxies.txt")}
+	if fmt.Sprint(reasons) != fmt.Sprint(want) {
+		t.Errorf("reloads %q, want %q: %s", reasons, want, logs.String())
 	}
 }
 
@@ -161,11 +168,11 @@ func TestWatchSetChanged(t *testing.T) {
 				t.Errorf("directories to watch: %v, want %s and its ..v1", dirs, dir)
 			}
 			tc.do(t, dir, file)
-			if got := ws.changed(); got != tc.want {
-				t.Errorf("changed() = %v, want %v", got, tc.want)
+			if got := ws.changed(); (len(got) > 0) != tc.want || len(got) > 0 && (len(got) != 1 || got[0] != file) {
+				t.Errorf("changed() = %v, want %v (%s)", got, tc.want, file)
 			}
-			if ws.changed() {
-				t.Error("changed() again with nothing new: true")
+			if got := ws.changed(); len(got) > 0 {
+				t.Errorf("changed() again with nothing new: %v", got)
 			}
 		})
 	}
@@ -186,5 +193,47 @@ func TestWatchSIGHUPOnDefaults(t *testing.T) {
 	})
 	if strings.Contains(logs.String(), `"message":"reloading"`) {
 		t.Errorf("a SIGHUP on built-in defaults claimed to reload: %s", logs.String())
+	}
+}
+
+// TestWatchListFileWriteSaysSo: an in-place write of an [[upstream_file]]
+// list reloads with reason "upstream list file changed" and the list's
+// path (it said "config file changed", naming no file); a write of the
+// config file still says "config file changed", with its path.
+func TestWatchListFileWriteSaysSo(t *testing.T) {
+	a := upstreamtest.NewSOCKS5(t, upstreamtest.Options{})
+	b := upstreamtest.NewSOCKS5(t, upstreamtest.Options{})
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "rotor.toml")
+	list := filepath.Join(dir, "proxies.txt")
+	text := "[listen]\nsocks5 = \"127.0.0.1:0\"\nhttp = \"\"\nadmin = \"\"\n[pool]\nstart_eligible = true\n" +
+		"[[upstream_file]]\npath = \"proxies.txt\"\nscheme = \"socks5\"\n"
+	for p, s := range map[string]string{conf: text, list: a.Addr() + "\n"} {
+		if err := os.WriteFile(p, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv, logs, hup := watchedFile(t, conf, false)
+	hup <- os.Interrupt
+	eventuallyTrue(t, "Watch running", func() bool { return strings.Contains(logs.String(), `"reason":"SIGHUP"`) })
+
+	if err := os.WriteFile(list, []byte(a.Addr()+"\n"+b.Addr()+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	eventuallyTrue(t, "b added by the list's write", func() bool { return srv.Pool().Lookup(b.Addr()) != nil })
+	if err := os.WriteFile(conf, []byte(text+"# edited\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var reasons []string
+	eventuallyTrue(t, "the config's reload", func() bool {
+		reasons = reasons[:0]
+		for _, l := range linesWith(t, logs, "reloading") {
+			reasons = append(reasons, fmt.Sprint(l["reason"], " ", l["file"]))
+		}
+		return len(reasons) >= 3
+	})
+	want := []string{"SIGHUP <nil>", "upstream list file changed " + list, "config file changed " + conf}
+	if fmt.Sprint(reasons) != fmt.Sprint(want) {
+		t.Errorf("reloads %q, want %q: %s", reasons, want, logs.String())
 	}
 }

@@ -146,7 +146,7 @@ func TestLogTransitions(t *testing.T) {
 			t.Errorf("cooling line lacks %s: %s", want, lines[0])
 		}
 	}
-	if !strings.Contains(lines[2], `"class":"operator"`) || !strings.Contains(lines[2], "removed") {
+	if !strings.Contains(lines[2], `"stage":"operator"`) || strings.Contains(lines[2], `"class"`) || !strings.Contains(lines[2], "removed") {
 		t.Errorf("remove line: %s", lines[2])
 	}
 	if strings.Contains(out, canary) {

@@ -18,11 +18,20 @@ func (t *Tracker) logChange(c change) {
 	} else {
 		ev = ev.Stringer("from", c.tr.From).Stringer("to", c.tr.To)
 	}
-	if c.tr.Reason != ClassNone {
+	// operator is the reason of an operator's (or the config's) act, no
+	// failure class: such a line has stage operator and no class.
+	if c.tr.Reason != ClassNone && c.tr.Reason != Operator {
 		ev = ev.Stringer("class", c.tr.Reason)
 	}
 	if c.tr.Stage != StageNone {
 		ev = ev.Stringer("stage", c.tr.Stage)
+	}
+	// The history entry's detail says why when no error does: the
+	// operator's reason, "cooldown ended" (the class and stage are then
+	// the failure it cooled for, not a probe's), "probe passed". The
+	// lines dropped it, so an operator's disable lost its reason.
+	if c.err == nil && !c.restored && c.tr.Detail != "" {
+		ev = ev.Str("detail", c.tr.Detail)
 	}
 	if !c.until.IsZero() {
 		ev = ev.Time("until", c.until)

@@ -256,8 +256,7 @@ func (t *Tracker) Remove(key string) {
 	t.remember(key, goneRecord{snap: snap, configDisabled: configDisabled, at: t.clock.Now()})
 	t.version.Add(1)
 	t.log.Debug().Str("upstream", name).Stringer("from", from).
-		Str("class", Operator.String()).Str("stage", StageOperator.String()).
-		Msg("upstream removed")
+		Str("stage", StageOperator.String()).Msg("upstream removed") // no class: no failure
 }
 
 // remember keeps g for key (Remove, RestoreRemoved), dropping what is
