@@ -133,7 +133,7 @@ func (p *probeSpec) run(ctx context.Context, d Dialer) error {
 	if p.tls {
 		tc := tls.Client(raw, p.tlsConf)
 		if err := tc.HandshakeContext(ctx); err != nil {
-			return fmt.Errorf("probe tls: %w", err)
+			return fmt.Errorf("probe tls: %w", scrubPeerErr(d, err)) // names from the target's certificate
 		}
 		conn = tc
 	}
@@ -163,7 +163,7 @@ func (p *probeSpec) run(ctx context.Context, d Dialer) error {
 			msg, _, _ = strings.Cut(msg, `"`)
 			return fmt.Errorf("probe response: %s(the line is not shown: it may echo the request)", msg)
 		}
-		return fmt.Errorf("probe response: %w", err)
+		return fmt.Errorf("probe response: %w", scrubPeerErr(d, err)) // a header line it could not parse
 	}
 	defer resp.Body.Close()
 	if forward && proxyRejectedAuth(resp) {
