@@ -1,8 +1,12 @@
 package gateway
 
 import (
+	"bufio"
 	"encoding/base64"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -157,6 +161,40 @@ disabled = true
 					if strings.Contains(out, sec) {
 						t.Errorf("%s shows %q:\n%s", where, sec, out)
 					}
+				}
+			}
+		})
+	}
+}
+
+// TestInvalidAnswerScrubbed: a target's answer that does not parse is
+// quoted in the client's 502, the log and the record's history; the
+// secrets it echoed were hidden only when they were credential headers
+// or tokens, for the lean client (GET) and the Transport (POST) alike.
+// Now the quote is scrubbed against every secret rotor holds.
+func TestInvalidAnswerScrubbed(t *testing.T) {
+	for _, method := range forwardMethods {
+		t.Run(method, func(t *testing.T) {
+			rt := newRawTarget(t, func(c net.Conn, br *bufio.Reader, rt *rawTarget) {
+				if _, err := rt.readHead(br); err != nil {
+					return
+				}
+				_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nEcho bob="+scrubPwB+" tok "+scrubAdmin+"\r\n\r\n")
+				_, _ = io.Copy(io.Discard, br) // until rotor closes
+			})
+			srv, logs := startGateway(t, "allow_private_destinations = true\n"+listenConf("")+
+				"[pool]\nstart_eligible = true\n[[upstream]]\nurl = \"direct://\"\nname = \"up\"\n"+
+				"[[upstream]]\nurl = \"socks5://bob:"+scrubPwB+"@127.0.0.1:2\"\nname = \"other\"\ndisabled = true\n")
+			resp, body, err := askForward(t, srv, method, "http://"+rt.Addr()+"/")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.StatusCode != http.StatusBadGateway || !strings.Contains(body, "bob=xxxxx") {
+				t.Fatalf("got %d %q, want a 502 quoting the answer, its secret hidden", resp.StatusCode, body)
+			}
+			for where, out := range map[string]string{"client": body, "log": logs.String()} {
+				if strings.Contains(out, scrubPwB) {
+					t.Errorf("%s shows %q:\n%s", where, scrubPwB, out)
 				}
 			}
 		})
