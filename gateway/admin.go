@@ -315,7 +315,11 @@ func (s *Server) serveDisable(w http.ResponseWriter, r *http.Request, e *upstrea
 		return
 	}
 	detail := "disabled via admin API"
-	if d := cleanText(body.Detail, 200); d != "" {
+	// The reason is the operator's text: it may quote a password, and it
+	// goes into the history, the API, the state file and the log. It is
+	// scrubbed against every secret before it is cut (no start of one
+	// is left at the cut).
+	if d := cleanText(s.scrubPeer(body.Detail), 200); d != "" {
 		detail += ": " + d
 	}
 	s.tr.Disable(e.Record(), detail)
@@ -420,7 +424,12 @@ func (s *Server) serveReport(w http.ResponseWriter, r *http.Request, e *upstream
 		// no target: the detail keeps the site that set it off.
 		detail += " for " + host
 	}
-	if d := cleanText(body.Detail, 200); d != "" {
+	// The detail is the client's text, kept in the history, the API and
+	// the state file and logged with the state change: it is scrubbed
+	// against every secret rotor holds (any upstream's password, not only
+	// this one's, the clients', the admin token) before it is cut, as
+	// serveDisable does.
+	if d := cleanText(s.scrubPeer(body.Detail), 200); d != "" {
 		detail += ": " + d
 	}
 	f := &health.Failure{Class: class, Stage: stage, Target: host, Err: errors.New(detail)}

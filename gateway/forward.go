@@ -370,7 +370,7 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 		if slices.Contains(cfg.TargetHTTPError.Statuses, resp.StatusCode) {
 			att.Answered(e)
 			s.pool.Report(e, &health.Failure{Class: health.TargetHTTPError, Stage: health.StageHTTPStatus, Target: host,
-				Err: errors.New("target answered " + upstream.PeerText(resp.Status))})
+				Err: errors.New("target answered " + e.PeerText(resp.Status))})
 		} else {
 			att.Succeeded(e)
 		}
@@ -810,7 +810,7 @@ func classifyProxyResponse(e *upstream.Endpoint, resp *http.Response) *health.Fa
 		// target-failure rule cools it whole when it happens at hosts
 		// other upstreams reach. Any website could otherwise take every
 		// http upstream out of the pool, one answer each.
-		f := &health.Failure{Class: c, Stage: st, Err: e.PlainStatusError(resp.StatusCode, resp.Status, squid)}
+		f := &health.Failure{Class: c, Stage: st, Err: e.PlainStatusError(resp.StatusCode, e.PeerText(resp.Status), e.PeerText(squid))}
 		if !c.IsTargetFailure() {
 			f.Scope = health.ScopeTarget
 		}

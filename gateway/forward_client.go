@@ -223,7 +223,7 @@ func (fc *fwdClient) exchange(ctx context.Context, pc *fwdConn, x *fwdExchange) 
 		case err != nil && pc.lr.remain <= 0:
 			return nil, false, errRespHeadTooLarge
 		case err != nil && parseError(err):
-			return nil, false, invalidAnswer(err)
+			return nil, false, invalidAnswer(fc.e.PeerError(err))
 		case err != nil:
 			return nil, false, err
 		case resp.StatusCode == http.StatusSwitchingProtocols:

@@ -28,6 +28,7 @@ func (s *Server) roundTripTransport(e *upstream.Endpoint, cfg *Config, out *http
 		ct := &connTrace{}
 		resp, err := s.transport(e, cfg).RoundTrip(ct.request(out))
 		err = ct.closedUnanswered(err, e, out.Method, big, again)
+		err = scrubTransportAnswer(e, err)
 		if again || !resendable(out.Method) || big != nil && big.n.Load() > 0 || s.cutting.Load() ||
 			!errors.As(err, new(*closedUnansweredError)) {
 			return resp, err
@@ -110,3 +111,19 @@ func (e *closedUnansweredError) Error() string {
 }
 
 func (e *closedUnansweredError) Unwrap() error { return e.err }
+
+// scrubTransportAnswer turns the Transport's error for an answer that
+// does not parse, which quotes it (transportAnswerError), into its
+// badAnswerError with the quote scrubbed against every secret rotor
+// holds (Endpoint.PeerError), as the lean client's is: the quote goes
+// into the client's 502, the log and the record. Any other error is
+// returned as it is.
+func scrubTransportAnswer(e *upstream.Endpoint, err error) error {
+	if err == nil || errors.As(err, new(*health.Failure)) || errors.As(err, new(*badAnswerError)) {
+		return err
+	}
+	if bad, ok := transportAnswerError(err).(*badAnswerError); ok && bad != errRespHeadTooLarge {
+		return invalidAnswer(e.PeerError(innermost(err)))
+	}
+	return err
+}

@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/url"
 	"strings"
+	"sync/atomic"
 
 	"github.com/rotor-proxy/rotor/upstream"
 )
@@ -20,10 +21,19 @@ import (
 // redacted replaces a hidden secret; it matches upstream.Redact.
 const redacted = "xxxxx"
 
-// minSecretLen is the shortest explicit secret redactText replaces: a one-
-// or two-letter password would shred every message it appears in (and is
-// no secret worth the name). URL passwords are hidden whatever their length.
-const minSecretLen = 3
+// minSecretLen is the shortest explicit secret redactText replaces, and
+// only as a whole word: the final pass runs over rotor's own words too,
+// and a short password hidden wherever it stands rewrote them ("probe
+// passed" read "probe xxxxxed" with the password "pass", which told it
+// to every reader of the API). Shorter secrets are hidden where peer text
+// enters rotor (scrubPeer, upstream.ScrubPeer), whatever their length.
+// URL passwords, header values and Basic tokens are hidden whatever
+// their length.
+const minSecretLen = 8
+
+// minCutLen is the shortest start of a secret hideCutSecret hides at the
+// end of a cut text.
+const minCutLen = 4
 
 // redactURL hides the password of one upstream URL as the user wrote it,
 // whether or not it parses: "socks5://u:pw@h:1" → "socks5://u:xxxxx@h:1".
@@ -63,11 +73,11 @@ func isScheme(s string) bool {
 }
 
 // redactText hides, anywhere in s, the password of every URL with
-// userinfo (scheme://user:pass@host), every occurrence of each secret
-// of at least minSecretLen bytes, raw and percent-encoded as in a URL's
-// userinfo, and what upstream.HideCredentials finds without knowing a
-// secret: Authorization and Proxy-Authorization header values, base64
-// user:password tokens. Pass the secrets known to the caller (the client
+// userinfo (scheme://user:pass@host), each secret of at least
+// minSecretLen bytes where it stands as a whole word (wholeWords), raw
+// and percent-encoded as in a URL's userinfo, and what
+// upstream.HideCredentials finds without knowing a secret: Authorization
+// and Proxy-Authorization header values, base64 user:password tokens. Pass the secrets known to the caller (the client
 // and upstream passwords, the admin token) when s may echo them outside a
 // URL. A URL in s is taken to end at white space, so a password holding a
 // space is only hidden when it is passed as a secret: callers holding the
@@ -97,19 +107,50 @@ func redactText(s string, secrets ...string) string {
 		if len(sec) < minSecretLen {
 			continue
 		}
-		out = strings.ReplaceAll(out, sec, redacted)
+		out = replaceWords(out, sec)
 		if enc := strings.TrimPrefix(url.UserPassword("", sec).String(), ":"); enc != sec {
-			out = strings.ReplaceAll(out, enc, redacted)
+			out = replaceWords(out, enc)
 		}
 	}
 	return upstream.HideCredentials(out)
 }
 
+// replaceWords replaces with redacted each occurrence of sec in s that
+// stands as a whole word: an end of sec that is a letter, digit or '_'
+// must not touch another one in s.
+func replaceWords(s, sec string) string {
+	var b strings.Builder
+	last, from := 0, 0
+	for {
+		i := strings.Index(s[from:], sec)
+		if i < 0 {
+			break
+		}
+		i += from
+		j := i + len(sec)
+		if (i == 0 || !isWordByte(sec[0]) || !isWordByte(s[i-1])) &&
+			(j == len(s) || !isWordByte(sec[len(sec)-1]) || !isWordByte(s[j])) {
+			b.WriteString(s[last:i])
+			b.WriteString(redacted)
+			last, from = j, j
+			continue
+		}
+		from = i + 1
+	}
+	if last == 0 {
+		return s
+	}
+	b.WriteString(s[last:])
+	return b.String()
+}
+
+func isWordByte(c byte) bool { return isAlnum(c) || c == '_' }
+
 // userinfoSecrets are the forms in which rotor sends the password of ui
 // to an upstream, or writes it: as it is (RFC 1929 sends it raw),
 // percent-encoded (in a URL's userinfo, a query or a path), and in the
-// Basic token of user:password (RFC 7617; padded and not). None when ui
-// holds no password.
+// Basic token of user:password (RFC 7617; padded and not), the last two.
+// None when ui holds no password.
 func userinfoSecrets(ui *url.Userinfo) []string {
 	if ui == nil {
 		return nil
@@ -127,32 +168,101 @@ func userinfoSecrets(ui *url.Userinfo) []string {
 // upstream whose credentials are ui (nil: none), before they leave the
 // process (admin API, state file). Details come from errors, which carry
 // text the upstream sent (a reason phrase that echoes rotor's request):
-// the filter hides ui's password in every form rotor sends it
-// (userinfoSecrets), every header value and token redactText finds, and
-// the start of a secret at the end of a detail that health cut to its
-// bound ("…"), whose rest was cut off.
+// the filter hides ui's Basic token (padded or not) wherever it stands,
+// ui's password in every other form rotor sends it (userinfoSecrets) as a
+// whole word of at least minSecretLen bytes (rotor's own words are never
+// rewritten: shorter ones are hidden where peer text enters), every
+// header value and token redactText finds, and the start of a secret at
+// the end of a detail that health cut to its bound ("…"), whose rest was
+// cut off.
 func detailScrubber(ui *url.Userinfo) func(string) string {
 	secrets := userinfoSecrets(ui)
+	var tokens []string // the Basic token: base64 of user:password, no word of rotor's
+	if len(secrets) >= 2 {
+		tokens = secrets[len(secrets)-2:]
+	}
 	return func(s string) string {
+		for _, tok := range tokens {
+			if len(tok) >= minSecretLen {
+				s = strings.ReplaceAll(s, tok, redacted)
+			}
+		}
 		return hideCutSecret(redactText(s, secrets...), secrets)
 	}
 }
 
-// hideCutSecret hides, when s ends with "…" (a cut), a start of one of
-// secrets of at least minSecretLen bytes that s ends with before it.
+// hideCutSecret hides, when s ends with "…" (a cut), a start of at
+// least minCutLen bytes of one of secrets of at least minSecretLen bytes
+// that s ends with before it, where it starts a word (as replaceWords).
 func hideCutSecret(s string, secrets []string) string {
 	body, ok := strings.CutSuffix(s, "…")
 	if !ok {
 		return s
 	}
 	for _, sec := range secrets {
-		for k := len(sec) - 1; k >= minSecretLen; k-- {
-			if strings.HasSuffix(body, sec[:k]) {
-				return body[:len(body)-k] + redacted + "…"
+		if len(sec) < minSecretLen {
+			continue
+		}
+		for k := len(sec) - 1; k >= minCutLen; k-- {
+			i := len(body) - k
+			if strings.HasSuffix(body, sec[:k]) && (i == 0 || !isWordByte(sec[0]) || !isWordByte(body[i-1])) {
+				return body[:i] + redacted + "…"
 			}
 		}
 	}
 	return s
+}
+
+// peerSecrets returns the replacer that hides, in peer text and in
+// client-supplied details, every secret rotor holds under cfg, whatever
+// its length: the password of each upstream of the endpoint lists eps in
+// every form rotor sends it (userinfoSecrets), each [[client]] password
+// and the Basic token of its user:password (what a client sends in
+// Proxy-Authorization, which an upstream or a target may echo), and the
+// admin token. nil when there is none.
+func peerSecrets(cfg *Config, eps ...[]*upstream.Endpoint) *strings.Replacer {
+	var secrets []string
+	for _, list := range eps {
+		for _, e := range list {
+			if e.URL != nil {
+				secrets = append(secrets, userinfoSecrets(e.URL.User)...)
+			}
+		}
+	}
+	if cfg != nil {
+		for _, c := range cfg.Clients {
+			if c.Password != "" {
+				secrets = append(secrets, userinfoSecrets(url.UserPassword(c.Username, c.Password))...)
+			}
+		}
+		if tok := cfg.Listen.AdminToken; tok != "" {
+			secrets = append(secrets, tok, url.QueryEscape(tok))
+		}
+	}
+	return upstream.NewSecretReplacer(secrets...)
+}
+
+// scrubPeer hides every secret rotor holds (peerSecrets of the config in
+// force) in text, whatever its length: text a peer sent, at the place it
+// enters rotor (the dialers' DialConfig.Scrub, a target's status line),
+// and the details clients and operators give the admin API. rotor's own
+// words never go through it.
+func (s *Server) scrubPeer(text string) string { return s.peerSecrets.scrub(text) }
+
+// secretScrubber holds the peerSecrets of the config in force; apply
+// replaces it. The zero value hides nothing.
+type secretScrubber struct {
+	r atomic.Pointer[strings.Replacer]
+}
+
+// set installs r (nil: nothing to hide).
+func (sc *secretScrubber) set(r *strings.Replacer) { sc.r.Store(r) }
+
+func (sc *secretScrubber) scrub(text string) string {
+	if r := sc.r.Load(); r != nil {
+		return r.Replace(text)
+	}
+	return text
 }
 
 // redactAuthority hides the password in s, the text after "scheme://" (or

@@ -81,6 +81,9 @@ type Server struct {
 	// removedSecrets lets the state file scrub the records kept of
 	// removed upstreams (apply notes them).
 	removedSecrets removedSecrets
+	// peerSecrets hides every secret of the running config in peer text
+	// and admin-API details (scrubPeer); apply sets it.
+	peerSecrets secretScrubber
 
 	listCounts map[string]int // upstreams per list file in the running config (apply; Reload is serialised)
 	mu         sync.Mutex     // guards listeners and servers
@@ -141,7 +144,7 @@ func New(cfg *Config, opt Options) (*Server, error) {
 	// config in force at each dial: the dialers are built once per
 	// upstream, and a reload of allow_private_destinations must apply.
 	dial := upstream.DialConfig{AllowPrivate: true, TLS: upTLS, KeepAlive: dialKeepAlive,
-		Forbid: s.forbidDestination}
+		Forbid: s.forbidDestination, Scrub: s.scrubPeer}
 	pool, err := upstream.NewPool(cfg.Pool, dial, s.tr, clock, opt.Log)
 	if err != nil {
 		return fail(err)
@@ -240,6 +243,7 @@ func (s *Server) apply(cfg *Config, specs []upstream.Spec, lists map[string]int)
 	if err != nil {
 		return err
 	}
+	s.peerSecrets.set(peerSecrets(cfg, old, s.pool.Endpoints())) // the removed ones' dials may still answer
 	if len(removed) > 0 {
 		s.removedSecrets.note(old, s.pool.Endpoints())
 	}

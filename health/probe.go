@@ -144,7 +144,7 @@ func (p *probeSpec) exchange(ctx context.Context, raw net.Conn, proxyAuth string
 	if p.tls {
 		tc := tls.Client(raw, p.tlsConf)
 		if err := tc.HandshakeContext(ctx); err != nil {
-			return fmt.Errorf("probe tls: %w", err)
+			return fmt.Errorf("probe tls: %w", scrubPeerErr(d, err)) // names from the target's certificate
 		}
 		conn = tc
 	}
@@ -174,7 +174,7 @@ func (p *probeSpec) exchange(ctx context.Context, raw net.Conn, proxyAuth string
 			msg, _, _ = strings.Cut(msg, `"`)
 			return fmt.Errorf("probe response: %s(the line is not shown: it may echo the request)", msg)
 		}
-		return fmt.Errorf("probe response: %w", err)
+		return fmt.Errorf("probe response: %w", scrubPeerErr(d, err)) // a header line it could not parse
 	}
 	defer resp.Body.Close()
 	if forward && proxyRejectedAuth(resp) {

@@ -48,6 +48,13 @@ type DialConfig struct {
 	// the name alone misses (an /etc/hosts alias, DNS pointing at 127.0.0.1).
 	// A non-nil error refuses the destination (ErrDestinationForbidden).
 	Forbid func(netip.AddrPort) error `toml:"-"`
+	// Scrub (optional) hides, in text a peer sent (a proxy's status line,
+	// a TLS error, a probe answer), every secret rotor holds: each
+	// upstream's password, the clients' passwords, the admin token,
+	// whatever their length. The dialer applies it, after its own
+	// password and Basic token, before such text goes into an error
+	// (ScrubPeer). nil: only the dialer's own credentials are hidden.
+	Scrub func(string) string `toml:"-"`
 }
 
 // checkTargetHost refuses a target host that cannot be put into a proxy

@@ -99,7 +99,7 @@ func (d *connectDialer) DialContext(ctx context.Context, network, addr string) (
 		if d.tls != nil {
 			tc := tls.Client(raw, d.tls)
 			if err := tc.HandshakeContext(ctx); err != nil {
-				return fmt.Errorf("tls handshake with proxy: %w", err)
+				return fmt.Errorf("tls handshake with proxy: %w", scrubError(err, d.ScrubPeer))
 			}
 			c, alive = tc, true
 			if err := replyPhase(ctx, raw, d.cfg.HandshakeTimeout); err != nil {
@@ -109,7 +109,7 @@ func (d *connectDialer) DialContext(ctx context.Context, network, addr string) (
 		if _, err := io.WriteString(c, d.request(target)); err != nil {
 			return err
 		}
-		over, err := readConnectResponse(c, d.secrets()...)
+		over, err := readConnectAnswer(c, d.peerText)
 		if err != nil {
 			return awaitingTarget(err, alive)
 		}
@@ -170,6 +170,13 @@ var connectReq = &http.Request{Method: http.MethodConnect}
 // with secrets (the proxy password and Basic token), in case a broken
 // proxy echoes the request.
 func readConnectResponse(r io.Reader, secrets ...string) (over []byte, err error) {
+	return readConnectAnswer(r, func(s string) string { return PeerText(s, secrets...) })
+}
+
+// readConnectAnswer is readConnectResponse with peerText for the peer
+// text that goes into errors: the dialer's (proxyDialer.peerText) hides
+// every secret rotor holds, whatever its length, before the cut.
+func readConnectAnswer(r io.Reader, peerText func(string) string) (over []byte, err error) {
 	lr := &io.LimitedReader{R: r, N: maxConnectResponseBytes}
 	br := bufio.NewReaderSize(lr, 4096)
 	resp, err := http.ReadResponse(br, connectReq)
@@ -180,13 +187,13 @@ func readConnectResponse(r io.Reader, secrets ...string) (over []byte, err error
 		if lr.N == 0 {
 			return nil, fmt.Errorf("%w: CONNECT response header over %d bytes", ErrMalformedReply, maxConnectResponseBytes)
 		}
-		return nil, fmt.Errorf("%w: CONNECT response: %s", ErrMalformedReply, PeerText(err.Error(), secrets...))
+		return nil, fmt.Errorf("%w: CONNECT response: %s", ErrMalformedReply, peerText(err.Error()))
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		return nil, &ConnectStatusError{
 			StatusCode: resp.StatusCode,
-			Status:     PeerText(resp.Status, secrets...),
-			SquidError: PeerText(resp.Header.Get("X-Squid-Error"), secrets...),
+			Status:     peerText(resp.Status),
+			SquidError: peerText(resp.Header.Get("X-Squid-Error")),
 		}
 	}
 	if n := br.Buffered(); n > 0 {
@@ -266,7 +273,7 @@ func (d *connectDialer) DialForward(ctx context.Context) (c net.Conn, proxyAuth 
 		tc := tls.Client(raw, d.tls)
 		err = handshake(ctx, raw, d.cfg.HandshakeTimeout, func() error {
 			if err := tc.HandshakeContext(ctx); err != nil {
-				return fmt.Errorf("tls handshake with proxy: %w", err)
+				return fmt.Errorf("tls handshake with proxy: %w", scrubError(err, d.ScrubPeer))
 			}
 			return nil
 		})

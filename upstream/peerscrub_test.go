@@ -1,0 +1,106 @@
+package upstream
+
+import (
+	"bufio"
+	"context"
+	"encoding/base64"
+	"net"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// answerProxy accepts on 127.0.0.1:0, reads one request head and writes
+// answer, then closes.
+func answerProxy(t *testing.T, answer string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		ln.Close()
+		wg.Wait()
+	})
+	wg.Add(1)
+	go func() { // owner: the test; ends when ln is closed
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Add(1)
+			go func() { // ends with the connection
+				defer wg.Done()
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					l, err := br.ReadString('\n')
+					if err != nil || l == "\r\n" {
+						break
+					}
+				}
+				_, _ = c.Write([]byte(answer))
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// TestConnectAnswerScrubbed: a CONNECT answer's status line went into the
+// error with only the dialer's own password hidden, and that only from 3
+// bytes on; a secret rotor holds elsewhere (another upstream's password,
+// a client's) stayed. Now the status line, the X-Squid-Error value and an
+// answer that is not HTTP go through ScrubPeer: the dialer's own
+// password and Basic token whatever their length, then DialConfig.Scrub.
+func TestConnectAnswerScrubbed(t *testing.T) {
+	const own, other = "Pw", "oth3r"
+	token := base64.StdEncoding.EncodeToString([]byte("u:" + own))
+	scrub := func(s string) string { return strings.ReplaceAll(s, other, "xxxxx") }
+	for _, tt := range []struct{ name, answer string }{
+		{"status line", "HTTP/1.1 403 denied u:" + own + " " + other + " " + token + "\r\n\r\n"},
+		{"x-squid-error", "HTTP/1.1 503 No\r\nX-Squid-Error: ERR_X u:" + own + " " + other + "\r\n\r\n"},
+		{"not HTTP", "SSH-2.0 u:" + own + " " + other + "\r\n\r\n"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			addr := answerProxy(t, tt.answer)
+			u := &url.URL{Scheme: "http", Host: addr, User: url.UserPassword("u", own)}
+			d, err := NewDialer(u, DialConfig{Scrub: scrub})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := d.DialContext(context.Background(), "tcp", "target.example:443")
+			if err == nil {
+				c.Close()
+				t.Fatal("the dial succeeded")
+			}
+			msg := err.Error()
+			if strings.Contains(msg, "u:"+own) || strings.Contains(msg, other) || strings.Contains(msg, token) || !strings.Contains(msg, "u:xxxxx") {
+				t.Errorf("error %q: want every secret hidden", msg)
+			}
+		})
+	}
+}
+
+// TestScrubSecrets: one pass, the longest secret first, and a
+// replacement is never matched again.
+func TestScrubSecrets(t *testing.T) {
+	for _, tt := range []struct {
+		in      string
+		secrets []string
+		want    string
+	}{
+		{"a pw b", []string{"pw"}, "a xxxxx b"},
+		{"abcd", []string{"ab", "abcd"}, "xxxxx"},
+		{"x y", []string{"x", "y"}, "xxxxx xxxxx"},
+		{"none", []string{""}, "none"},
+		{"none", nil, "none"},
+	} {
+		if got := ScrubSecrets(tt.in, tt.secrets...); got != tt.want {
+			t.Errorf("ScrubSecrets(%q, %q) = %q, want %q", tt.in, tt.secrets, got, tt.want)
+		}
+	}
+}
