@@ -117,12 +117,13 @@ func (p *probeSpec) run(ctx context.Context, d Dialer, clock Clock) (setup time.
 		return 0, err
 	}
 	setup = max(clock.Now().Sub(start), 1)
-	return setup, p.exchange(ctx, raw, proxyAuth, forward)
+	return setup, p.exchange(ctx, d, raw, proxyAuth, forward)
 }
 
 // exchange is run's part once raw, the connection through the upstream,
-// is up: TLS, the GET and the checks of its answer.
-func (p *probeSpec) exchange(ctx context.Context, raw net.Conn, proxyAuth string, forward bool) error {
+// is up: TLS, the GET and the checks of its answer. d is the dialer
+// that made raw, for scrubbing what the peer sent.
+func (p *probeSpec) exchange(ctx context.Context, d Dialer, raw net.Conn, proxyAuth string, forward bool) error {
 	defer raw.Close()
 	if dl, ok := ctx.Deadline(); ok {
 		raw.SetDeadline(dl)
