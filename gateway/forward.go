@@ -268,7 +268,7 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 	fail := func(err error) {
 		if last != nil {
 			n, berr := s.relay(ctx, w, last, lastEP, strings.ToLower(addr), cfg.SlowBody.Stall, nil)
-			s.pool.Release(lastEP)
+			att.Release(lastEP)
 			s.logForward(id, r, params.User, lastEP, att, berr, n, start)
 			return
 		}
@@ -376,7 +376,7 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 		}
 		if last != nil {
 			last.Body.Close()
-			s.pool.Release(lastEP)
+			att.Release(lastEP)
 			last, lastEP = nil, nil
 		}
 		if slices.Contains(pcfg.RetryStatuses, resp.StatusCode) && idempotent(r.Method) && big == nil {
@@ -385,7 +385,7 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 			continue
 		}
 		n, berr := s.relay(ctx, w, resp, e, strings.ToLower(addr), cfg.SlowBody.Stall, big)
-		s.pool.Release(e)
+		att.Release(e)
 		s.logForward(id, r, params.User, e, att, berr, n, start)
 		return
 	}

@@ -274,11 +274,11 @@ type Lease struct {
 	// Setup is the time from the start of Dial to the established tunnel.
 	Setup time.Duration
 
-	pool    *Pool
-	epoch   uint64 // health epoch when leased: stale outcomes only count
-	key     string // the request's host:port (Attempts.key)
-	session string // the request's sticky session, held open until Done ("" for none)
-	done    atomic.Bool
+	pool  *Pool
+	epoch uint64    // health epoch when leased: stale outcomes only count
+	key   string    // the request's host:port (Attempts.key)
+	att   *Attempts // the attempt loop: its Release ends the endpoint's use and the session's hold
+	done  atomic.Bool
 }
 
 // Fail reports a failure observed after the tunnel was established
@@ -300,14 +300,7 @@ func (l *Lease) Done() {
 	if !l.done.CompareAndSwap(false, true) {
 		return
 	}
-	p := l.pool
-	p.release(l.Endpoint)
-	if l.session == "" {
-		return
-	}
-	if key := p.sessions.release(l.session); key != "" && p.fleet != nil {
-		p.fleet.SessionBound(l.session, key, p.sessions.ttl())
-	}
+	l.att.Release(l.Endpoint)
 }
 
 // Dial establishes a connection to req.Addr through an eligible endpoint.
@@ -341,9 +334,9 @@ func (p *Pool) Dial(ctx context.Context, req Request) (*Lease, error) {
 		}
 		conn, err := e.DialContext(ctx, "tcp", req.Addr)
 		if err == nil {
-			a.succeeded(e, true)
+			a.Succeeded(e)
 			return &Lease{Conn: conn, Endpoint: e, Attempts: a.list, Setup: p.clock.Now().Sub(start), pool: p,
-				epoch: p.tr.Epoch(e.rec), key: a.key, session: a.sess}, nil
+				epoch: p.tr.Epoch(e.rec), key: a.key, att: a}, nil
 		}
 		if stop := a.Failed(ctx, e, err); stop != nil {
 			return nil, stop
@@ -382,6 +375,13 @@ type Attempts struct {
 	sess  string
 	list  []Attempt
 	tried []*Endpoint
+	// uses holds, for each endpoint Next returned, what its use holds
+	// until Release (or Failed, Neutral) ends it, exactly once: the
+	// endpoint's active count and, for a session, the session (see
+	// sessions.hold) and the generation of the binding it was picked
+	// under. pickGen passes that generation from pick to Next.
+	uses    []use
+	pickGen uint64
 	// rateWait is the shortest time until a rate-limited endpoint refused
 	// by the last pick has a token again (0: none was).
 	rateWait  time.Duration
@@ -406,6 +406,15 @@ type Attempts struct {
 	// because others reach the target (see Failed): when a later attempt
 	// reaches it, each of those upstreams cools for it (OthersReached).
 	reached []heldFailure
+}
+
+// use is one endpoint Next returned, in use until ended (see
+// Attempts.uses).
+type use struct {
+	e     *Endpoint
+	gen   uint64 // the session's binding generation at the pick (0: none)
+	held  bool   // the session is held (sessions.hold) until the use ends
+	ended bool
 }
 
 // heldFailure is a failure not yet reported to e's record.
@@ -551,6 +560,14 @@ func (a *Attempts) Next(ctx context.Context) (e *Endpoint, err error) {
 		a.rateWait, a.limited, a.overflow = 0, a.limited[:0], false
 		if e := p.pick(a); e != nil {
 			a.tried = append(a.tried, e)
+			u := use{e: e, gen: a.pickGen}
+			if a.sess != "" {
+				u.held = p.sessions.hold(a.sess)
+			}
+			if a.uses == nil {
+				a.uses = make([]use, 0, a.cfg.MaxAttempts)
+			}
+			a.uses = append(a.uses, u)
 			return e, nil
 		}
 		// After a failed attempt, no other upstream to try now: wait for
@@ -797,22 +814,21 @@ func (a *Attempts) viable(s *set, i int) bool {
 	return known || p.tr.Eligible(e.rec) && !p.tr.TargetCooling(e.rec, a.key)
 }
 
-// Succeeded reports a successful attempt on e (which stays active). With a
-// session id the session is bound to e (its TTL slides); a session that
-// was bound to another endpoint has moved, which is logged at info. In
-// fleet mode a new or moved binding (and a refresh, at most once per
-// ttl/4) is handed to the fleet, which queues it: nothing waits on Redis.
-func (a *Attempts) Succeeded(e *Endpoint) { a.succeeded(e, false) }
-
-// succeeded is Succeeded; with hold, a tunnel of the session stays open
-// on e until its Lease is done (the session does not expire meanwhile).
-func (a *Attempts) succeeded(e *Endpoint, hold bool) {
+// Succeeded reports a successful attempt on e (which stays active until
+// Release). With a session id the session is bound to e (its TTL slides)
+// unless it moved since e was picked (a late answer does not move it
+// back); a session that was bound to another endpoint has moved, which
+// is logged at info. In fleet mode a new or moved binding (and a
+// refresh, at most once per ttl/4) is handed to the fleet, which queues
+// it: nothing waits on Redis. The session is held from the pick to
+// Release: it does not expire while e serves it.
+func (a *Attempts) Succeeded(e *Endpoint) {
 	a.flushSlow()
 	a.p.tr.SuccessTarget(e.rec, a.key)
 	if a.reached != nil {
 		a.othersReached() // after the success, which the target rule reads
 	}
-	a.bindSession(e, hold)
+	a.bindSession(e)
 }
 
 // Answered is Succeeded for an answer that counts against e for its
@@ -826,11 +842,29 @@ func (a *Attempts) Answered(e *Endpoint) {
 	if a.reached != nil {
 		a.othersReached() // the target answered e: it is reachable
 	}
-	a.bindSession(e, false)
+	a.bindSession(e)
 }
 
-func (a *Attempts) bindSession(e *Endpoint, hold bool) {
-	from, moved, report := a.p.sessions.bind(a.sess, e, hold)
+// useOf returns the index in a.uses of e's use not yet ended, -1 when
+// there is none.
+func (a *Attempts) useOf(e *Endpoint) int {
+	for i := range a.uses {
+		if u := &a.uses[i]; u.e == e && !u.ended {
+			return i
+		}
+	}
+	return -1
+}
+
+func (a *Attempts) bindSession(e *Endpoint) {
+	if a.sess == "" {
+		return
+	}
+	var gen uint64
+	if i := a.useOf(e); i >= 0 {
+		gen = a.uses[i].gen
+	}
+	from, _, moved, report := a.p.sessions.bind(a.sess, e, gen)
 	if moved {
 		ev := a.p.log.Info().Str("session", a.req.Session).Str("from", from).Str("to", e.Name)
 		if a.req.User != "" {
@@ -840,6 +874,27 @@ func (a *Attempts) bindSession(e *Endpoint, hold bool) {
 	}
 	if report && a.p.fleet != nil {
 		a.p.fleet.SessionBound(a.sess, e.Key, a.p.sessions.ttl())
+	}
+}
+
+// Release ends the use of e, an endpoint Next returned for this request:
+// e is no longer active for it, and the session it held since the pick
+// slides its TTL from now. Only the first call for a use counts (Failed
+// and Neutral end it too), so the active count stays exact.
+func (a *Attempts) Release(e *Endpoint) {
+	i := a.useOf(e)
+	if i < 0 {
+		return
+	}
+	u := &a.uses[i]
+	u.ended = true
+	p := a.p
+	p.release(e)
+	if !u.held {
+		return
+	}
+	if key := p.sessions.release(a.sess); key != "" && p.fleet != nil {
+		p.fleet.SessionBound(a.sess, key, p.sessions.ttl())
 	}
 }
 
@@ -870,7 +925,7 @@ func (a *Attempts) bindSession(e *Endpoint, hold bool) {
 // replaced is only counted (health.Tracker.FailStale).
 func (a *Attempts) Failed(ctx context.Context, e *Endpoint, err error) error {
 	p := a.p
-	p.release(e)
+	a.Release(e)
 	if ctx.Err() != nil && IsCanceled(err) {
 		// The client went away: neither a success nor a failure.
 		p.tr.Neutral(e.rec)
@@ -943,11 +998,13 @@ func (a *Attempts) Failed(ctx context.Context, e *Endpoint, err error) error {
 // it was sent). It is neither a success nor a failure: nothing is
 // reported to e's record, and the caller tries no other upstream.
 func (a *Attempts) Neutral(e *Endpoint) {
-	a.p.release(e)
+	a.Release(e)
 	a.p.tr.Neutral(e.rec)
 }
 
-// Release ends e's use by a request that Next returned it for.
+// Release ends e's active use by a request that Next returned it for. It
+// does not end the hold of the request's session: Attempts.Release does
+// both and is the one to call.
 func (p *Pool) Release(e *Endpoint) { p.release(e) }
 
 // Report records a failure observed on e after the client was answered.
@@ -974,7 +1031,9 @@ func (e *Endpoint) DialContext(ctx context.Context, network, addr string) (net.C
 // starting meanwhile follow; Succeeded confirms the move (and logs it). A
 // pick that lost that race to another request of the session follows the
 // winner when it admits it: its own choice is released, its rate token
-// given back (a slow-start slot it took stays used).
+// given back (a slow-start slot it took stays used). It notes in
+// a.pickGen the generation of the session's binding the pick went by, for
+// the answer's bind (a late answer must not undo a move).
 func (p *Pool) pick(a *Attempts) *Endpoint {
 	a.queued = p.lines.active()
 	s := p.set.Load()
@@ -983,7 +1042,8 @@ func (p *Pool) pick(a *Attempts) *Endpoint {
 	if id == "" {
 		return st.pick(s, a)
 	}
-	key := p.sessions.follow(id)
+	key, gen := p.sessions.follow(id)
+	a.pickGen = gen
 	if key != "" {
 		if i, ok := s.byKey[key]; ok && a.admit(s, i) {
 			return s.eps[i]
@@ -993,7 +1053,8 @@ func (p *Pool) pick(a *Attempts) *Endpoint {
 	if e == nil {
 		return nil
 	}
-	win := p.sessions.claim(id, key, e)
+	win, gen := p.sessions.claim(id, key, e)
+	a.pickGen = gen
 	if win == e.Key {
 		return e
 	}

@@ -175,9 +175,16 @@ const (
 // went out through four). Such a binding is provisional until an attempt
 // on it succeeds (bind); if the attempt fails, the retry's pick moves it,
 // as a failure moves any session.
+//
+// Each binding to a key has a generation, new whenever the key changes
+// (or the entry is made anew). An attempt notes the generation it was
+// picked under, and its answer binds only while that generation is
+// current: an answer that arrives after the session moved (its upstream
+// failed for another request meanwhile) does not move it back.
 type sessions struct {
-	ttlNs  atomic.Int64 // time.Duration; changed by a reload
-	max    int          // entries held at most, all shards together
+	ttlNs  atomic.Int64  // time.Duration; changed by a reload
+	gens   atomic.Uint64 // the last generation given out (0 is none)
+	max    int           // entries held at most, all shards together
 	clock  health.Clock
 	seed   maphash.Seed
 	shards [sessionShards]sessionShard
@@ -192,13 +199,15 @@ type sessionShard struct {
 
 type session struct {
 	key  string    // endpoint identity
+	gen  uint64    // the binding's generation: new when key changes
 	name string    // endpoint name when bound, for the move log line
 	seen time.Time // last pick, success or tunnel end
 	pub  time.Time // last report to the fleet (or from it): refreshes are throttled
-	// open counts the session's tunnels open now (Pool.Dial leases, any
-	// endpoint): while there is one the session is in use and does not
-	// expire (issue: with session_ttl 3s, a tunnel held 5s lost its
-	// session at 3s).
+	// open counts the session's attempts in use now (from pick to
+	// Attempts.Release: tunnels, forwarded requests, on any endpoint):
+	// while there is one the session is in use and does not expire
+	// (issue: with session_ttl 3s, a tunnel held 5s lost its session at
+	// 3s; a forwarded request lost it the same way).
 	open int32
 	// prov is set while the binding is a pick's (claim) that no attempt
 	// has confirmed yet; from and fromKey then name the confirmed binding
@@ -240,14 +249,18 @@ func (s *sessions) shard(id string) *sessionShard {
 
 // lookup returns the identity key bound to id, or "" when id is empty,
 // unknown or expired.
-func (s *sessions) lookup(id string) string { return s.get(id, false) }
+func (s *sessions) lookup(id string) string {
+	key, _ := s.get(id, false)
+	return key
+}
 
-// follow is lookup for a pick of the session: a live binding slides.
-func (s *sessions) follow(id string) string { return s.get(id, true) }
+// follow is lookup for a pick of the session: a live binding slides. It
+// also returns the binding's generation (0 with no binding).
+func (s *sessions) follow(id string) (key string, gen uint64) { return s.get(id, true) }
 
-func (s *sessions) get(id string, use bool) string {
+func (s *sessions) get(id string, use bool) (string, uint64) {
 	if id == "" {
-		return ""
+		return "", 0
 	}
 	now := s.clock.Now()
 	sh := s.shard(id)
@@ -255,24 +268,44 @@ func (s *sessions) get(id string, use bool) string {
 	defer sh.mu.Unlock()
 	x, ok := sh.m[id]
 	if !ok {
-		return ""
+		return "", 0
 	}
 	if x.expired(now, s.ttl()) {
 		delete(sh.m, id)
-		return ""
+		return "", 0
 	}
 	if use {
 		x.seen = now
 		sh.m[id] = x
 	}
-	return x.key
+	return x.key, x.gen
+}
+
+// nextGen returns a generation never given out before.
+func (s *sessions) nextGen() uint64 { return s.gens.Add(1) }
+
+// hold counts one more attempt of id in use (see session.open), until
+// release. An id with no entry (evicted meanwhile) is not held: hold
+// reports whether it was.
+func (s *sessions) hold(id string) bool {
+	sh := s.shard(id)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	x, ok := sh.m[id]
+	if !ok {
+		return false
+	}
+	x.open++
+	sh.m[id] = x
+	return true
 }
 
 // claim binds id to e provisionally for a pick that found id bound to
 // expect ("" for unbound) and could not use that: unless the binding has
 // changed meanwhile (another request of the session claimed or moved it),
-// id is now bound to e. It returns the key id is bound to afterwards.
-func (s *sessions) claim(id, expect string, e *Endpoint) string {
+// id is now bound to e. It returns the key id is bound to afterwards, and
+// that binding's generation.
+func (s *sessions) claim(id, expect string, e *Endpoint) (string, uint64) {
 	now := s.clock.Now()
 	sh := s.shard(id)
 	sh.mu.Lock()
@@ -280,71 +313,83 @@ func (s *sessions) claim(id, expect string, e *Endpoint) string {
 	old, had := sh.m[id]
 	live := had && !old.expired(now, s.ttl())
 	if live && old.key != expect {
-		return old.key
+		return old.key, old.gen
 	}
 	if !had {
 		s.makeRoom(sh, now)
 	}
-	x := session{key: e.Key, name: e.Name, seen: now, open: old.open, prov: true}
+	x := session{key: e.Key, gen: s.nextGen(), name: e.Name, seen: now, open: old.open, prov: true}
 	if live {
 		x.from, x.fromKey = old.confirmed()
 		x.pub = old.pub
+		if old.key == e.Key {
+			x.gen = old.gen // the same binding, made provisional again
+		}
 	}
 	sh.m[id] = x
-	return e.Key
+	return e.Key, x.gen
 }
 
-// bind records that e served id now (sliding the TTL); with hold, a
-// tunnel of the session stays open on it until release. When id was bound
-// (and confirmed) to another live endpoint it returns that endpoint's name
-// and moved=true, for the caller to log after the lock is released.
-// report is true when the fleet should learn of the binding: it is new or
-// moved, or its last report is at least ttl/4 old.
-func (s *sessions) bind(id string, e *Endpoint, hold bool) (from string, moved, report bool) {
+// bind records that e served id now (sliding the TTL), for an attempt
+// picked while id's binding had generation gen (0: none). A live binding
+// of another generation was made after that pick (another request of the
+// session moved it, or another instance did): it stays as it is, so that
+// a late answer never undoes a move. When id was bound (and confirmed) to
+// another live endpoint it returns that endpoint's name and moved=true,
+// for the caller to log after the lock is released. report is true when
+// the fleet should learn of the binding: it is new or moved, or its last
+// report is at least ttl/4 old; fromKey is then the key the fleet's
+// binding is to have had for a refresh ("" for a new or moved binding,
+// which is written whatever the fleet held).
+func (s *sessions) bind(id string, e *Endpoint, gen uint64) (from, fromKey string, moved, report bool) {
 	if id == "" {
-		return "", false, false
+		return "", "", false, false
 	}
 	now := s.clock.Now()
 	sh := s.shard(id)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	old, had := sh.m[id]
-	var held int32
-	if hold {
-		held = 1
-	}
+	live := had && !old.expired(now, s.ttl())
 	switch {
 	case !had:
 		s.makeRoom(sh, now)
+	case live && old.gen != gen:
+		// Moved since this attempt was picked: the move stands.
+		return "", "", false, false
 	case old.key == e.Key:
 		// The common case: slide the TTL in place.
 		report = now.Sub(old.pub) >= s.ttl()/4
+		if report {
+			fromKey = e.Key // a refresh
+		}
 		if old.prov {
 			// The first success on a pick's binding confirms it.
 			if old.fromKey != "" && old.fromKey != e.Key {
 				from, moved = old.from, true
 			}
-			old.prov, old.from, old.fromKey, report = false, "", "", true
+			old.prov, old.from, old.fromKey, report, fromKey = false, "", "", true, ""
+		}
+		if !live {
+			old.gen = s.nextGen()
 		}
 		old.name, old.seen = e.Name, now
-		old.open += held
 		if report {
 			old.pub = now
 		}
 		sh.m[id] = old
-		return from, moved, report
-	case !old.expired(now, s.ttl()):
+		return from, fromKey, moved, report
+	case live:
 		if name, key := old.confirmed(); key != "" && key != e.Key {
 			from, moved = name, true
 		}
-		held += old.open
 	}
-	sh.m[id] = session{key: e.Key, name: e.Name, seen: now, pub: now, open: held}
-	return from, moved, true
+	sh.m[id] = session{key: e.Key, gen: s.nextGen(), name: e.Name, seen: now, pub: now, open: old.open}
+	return from, "", moved, true
 }
 
-// release ends the use of one tunnel of id that bind held: the session
-// slides from now. It returns the key to report to the fleet when the
+// release ends the use of one attempt of id that hold counted: the
+// session slides from now. It returns the key to report to the fleet when the
 // binding is confirmed and its last report is at least ttl/4 old, else "".
 func (s *sessions) release(id string) (report string) {
 	now := s.clock.Now()
@@ -392,7 +437,7 @@ func (s *sessions) apply(id, key, name string, left time.Duration, fill bool) {
 	case !had:
 		s.makeRoom(sh, now)
 	}
-	sh.m[id] = session{key: key, name: name, seen: seen, pub: seen, open: old.open}
+	sh.m[id] = session{key: key, gen: s.nextGen(), name: name, seen: seen, pub: seen, open: old.open}
 }
 
 // sessionEvictTries is how many entries makeRoom looks at for one with no

@@ -91,7 +91,7 @@ func (tp *testPool) use(t testing.TB, req Request) string {
 		t.Fatalf("Next: %v", err)
 	}
 	a.Succeeded(e)
-	tp.Release(e)
+	a.Release(e)
 	return e.Name
 }
 
@@ -184,14 +184,14 @@ func TestSessionMemoryBounded(t *testing.T) {
 	ss := newSessions(time.Minute, 1000, clock)
 	e := &Endpoint{Name: "a", Key: "socks5://a:1"}
 	for i := 0; i < ss.max+10; i++ {
-		ss.bind(fmt.Sprint(i), e, false)
+		ss.bind(fmt.Sprint(i), e, 0)
 	}
 	if n := ss.len(); n > ss.max {
 		t.Fatalf("%d sessions held, cap %d", n, ss.max)
 	}
 	clock.Advance(2 * time.Minute) // all expired, and a sweep is due in every shard
 	for i := 0; i < 200; i++ {
-		ss.bind(fmt.Sprint("fresh", i), e, false)
+		ss.bind(fmt.Sprint("fresh", i), e, 0)
 	}
 	if n := ss.len(); n != 200 {
 		t.Errorf("%d sessions after the sweep, want the 200 fresh ones", n)
