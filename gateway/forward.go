@@ -321,6 +321,10 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 			// streamed body, the upstream connection torn down) is the
 			// drain's, not the upstream's nor the target's.
 			att.Neutral(e)
+			if last != nil { // the held retry-status answer goes unsent
+				last.Body.Close()
+				att.Release(lastEP)
+			}
 			cf := explain(context.Canceled)
 			plainError(w, cf.Status, cf.Header, cf.Reason)
 			s.logForward(id, r, params.User, e, att, errDrainCut, 0, start)
