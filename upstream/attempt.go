@@ -694,7 +694,7 @@ func (a *Attempts) bindSession(e *Endpoint) {
 	if i := a.useOf(e); i >= 0 {
 		gen = a.uses[i].gen
 	}
-	from, _, moved, report := a.p.sessions.bind(a.sess, e, gen)
+	from, fromKey, moved, report := a.p.sessions.bind(a.sess, e, gen)
 	if moved {
 		ev := a.p.log.Info().Str("session", a.req.Session).Str("from", from).Str("to", e.Name)
 		if a.req.User != "" {
@@ -703,7 +703,7 @@ func (a *Attempts) bindSession(e *Endpoint) {
 		ev.Msg("session moved")
 	}
 	if report && a.p.fleet != nil {
-		a.p.fleet.SessionBound(a.sess, e.Key, a.p.sessions.ttl())
+		a.p.fleet.SessionBound(a.sess, e.Key, fromKey, a.p.sessions.ttl())
 	}
 }
 
@@ -724,7 +724,7 @@ func (a *Attempts) Release(e *Endpoint) {
 		return
 	}
 	if key := p.sessions.release(a.sess); key != "" && p.fleet != nil {
-		p.fleet.SessionBound(a.sess, key, p.sessions.ttl())
+		p.fleet.SessionBound(a.sess, key, key, p.sessions.ttl()) // a refresh
 	}
 }
 

@@ -103,8 +103,31 @@ type Fleet interface {
 	// SessionBound reports that sticky session id is bound to the
 	// endpoint with identity key and stays so for ttl without use. The
 	// pool reports a new or moved session at once and a session still in
-	// use at most once per ttl/4.
-	SessionBound(id, key string, ttl time.Duration)
+	// use (or held by an open tunnel or request: RefreshSessions) at most
+	// once per ttl/4. from is the key the fleet's binding had as far as
+	// this instance knows: key itself for a refresh, the key it replaced
+	// for a move, "" for a new session. A fleet whose binding is another
+	// key by then (another instance moved the session meanwhile) keeps
+	// it, and hands it back through ApplySession: a refresh or a late
+	// answer never undoes a move.
+	SessionBound(id, key, from string, ttl time.Duration)
+}
+
+// RefreshSessions reports to the fleet, as refreshes, the sessions held
+// here now (a tunnel or a forwarded request of theirs is open) whose last
+// report is at least ttl/4 old: without it a session in use here for
+// longer than its TTL expired in the fleet's store and on the other
+// instances, which then bound it anew elsewhere. The fleet calls it
+// periodically (at most once a second is plenty); it walks the table at
+// most once per ttl/8 and never waits on the fleet.
+func (p *Pool) RefreshSessions() {
+	if p.fleet == nil {
+		return
+	}
+	ttl := p.sessions.ttl()
+	for _, b := range p.sessions.heldDue() {
+		p.fleet.SessionBound(b.id, b.key, b.key, ttl)
+	}
 }
 
 // SetFleet links the pool to its fleet. Call it before the pool serves;
@@ -184,6 +207,8 @@ const (
 type sessions struct {
 	ttlNs  atomic.Int64  // time.Duration; changed by a reload
 	gens   atomic.Uint64 // the last generation given out (0 is none)
+	walkMu sync.Mutex    // guards walked
+	walked time.Time     // heldDue's last walk (zero: none yet)
 	max    int           // entries held at most, all shards together
 	clock  health.Clock
 	seed   maphash.Seed
@@ -339,8 +364,8 @@ func (s *sessions) claim(id, expect string, e *Endpoint) (string, uint64) {
 // for the caller to log after the lock is released. report is true when
 // the fleet should learn of the binding: it is new or moved, or its last
 // report is at least ttl/4 old; fromKey is then the key the fleet's
-// binding is to have had for a refresh ("" for a new or moved binding,
-// which is written whatever the fleet held).
+// binding is to have had (see Fleet.SessionBound): e's own for a refresh,
+// the one replaced for a move, "" for a new binding.
 func (s *sessions) bind(id string, e *Endpoint, gen uint64) (from, fromKey string, moved, report bool) {
 	if id == "" {
 		return "", "", false, false
@@ -368,7 +393,8 @@ func (s *sessions) bind(id string, e *Endpoint, gen uint64) (from, fromKey strin
 			if old.fromKey != "" && old.fromKey != e.Key {
 				from, moved = old.from, true
 			}
-			old.prov, old.from, old.fromKey, report, fromKey = false, "", "", true, ""
+			old.prov, old.from, report, fromKey = false, "", true, old.fromKey
+			old.fromKey = ""
 		}
 		if !live {
 			old.gen = s.nextGen()
@@ -380,12 +406,48 @@ func (s *sessions) bind(id string, e *Endpoint, gen uint64) (from, fromKey strin
 		sh.m[id] = old
 		return from, fromKey, moved, report
 	case live:
-		if name, key := old.confirmed(); key != "" && key != e.Key {
+		name, key := old.confirmed()
+		if key != "" && key != e.Key {
 			from, moved = name, true
 		}
+		fromKey = key
 	}
 	sh.m[id] = session{key: e.Key, gen: s.nextGen(), name: e.Name, seen: now, pub: now, open: old.open}
-	return from, "", moved, true
+	return from, fromKey, moved, true
+}
+
+// heldBinding is a session binding heldDue returns.
+type heldBinding struct{ id, key string }
+
+// heldDue returns the confirmed bindings held now (open > 0) whose last
+// report to the fleet is at least ttl/4 old, and marks them reported. It
+// walks the table at most once per ttl/8 (nil in between).
+func (s *sessions) heldDue() []heldBinding {
+	now := s.clock.Now()
+	ttl := s.ttl()
+	s.walkMu.Lock()
+	due := s.walked.IsZero() || now.Sub(s.walked) >= ttl/8
+	if due {
+		s.walked = now
+	}
+	s.walkMu.Unlock()
+	if !due {
+		return nil
+	}
+	var out []heldBinding
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for id, x := range sh.m {
+			if x.open > 0 && !x.prov && now.Sub(x.pub) >= ttl/4 {
+				x.pub = now
+				sh.m[id] = x
+				out = append(out, heldBinding{id, x.key})
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return out
 }
 
 // release ends the use of one attempt of id that hold counted: the
