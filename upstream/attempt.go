@@ -254,6 +254,7 @@ type Attempts struct {
 	// sessions.hold) and the generation of the binding it was picked
 	// under. pickGen passes that generation from pick to Next.
 	uses    []use
+	usesBuf [3]use // uses' first ones (the default max_attempts), without an allocation
 	pickGen uint64
 	// rateWait is the shortest time until a rate-limited endpoint refused
 	// by the last pick has a token again (0: none was).
@@ -438,7 +439,7 @@ func (a *Attempts) Next(ctx context.Context) (e *Endpoint, err error) {
 				u.held = p.sessions.hold(a.sess)
 			}
 			if a.uses == nil {
-				a.uses = make([]use, 0, a.cfg.MaxAttempts)
+				a.uses = a.usesBuf[:0]
 			}
 			a.uses = append(a.uses, u)
 			return e, nil
