@@ -485,6 +485,9 @@ func (c *Cluster) syncLoop() {
 			lastSync = time.Now()
 		}
 		c.flush()
+		if c.pool != nil {
+			c.pool.RefreshSessions() // sessions held here keep their shared TTL
+		}
 		c.flushSessions()
 	}
 	tick()

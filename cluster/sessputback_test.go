@@ -32,7 +32,7 @@ func TestClusterEmptyRestartPutsSessionsBack(t *testing.T) {
 		if i%2 == 1 {
 			m = b
 		}
-		m.SessionBound(id(i), key(i), time.Minute)
+		m.SessionBound(id(i), key(i), "", time.Minute)
 	}
 	for _, p := range []*fakePool{pa, pb} {
 		waitUntil(t, 20*time.Second, "every session bound fleet-wide", func() bool {
@@ -97,8 +97,8 @@ func TestClusterSessionPutBackKeepsNewerBinding(t *testing.T) {
 	rd := clustertest.Start(t)
 	a, pa, la := newLoggedMember(t, rd, "a")
 	_, pb, lb := newLoggedMember(t, rd, "b")
-	a.SessionBound("u-session-s1", "socks5://ms2:1080", time.Minute)
-	a.SessionBound("u-session-s2", "socks5://flaky:1080", time.Minute)
+	a.SessionBound("u-session-s1", "socks5://ms2:1080", "", time.Minute)
+	a.SessionBound("u-session-s2", "socks5://flaky:1080", "", time.Minute)
 	for _, p := range []*fakePool{pa, pb} {
 		waitUntil(t, 5*time.Second, "both sessions bound fleet-wide", func() bool {
 			return p.session("u-session-s1") != "" && p.session("u-session-s2") != ""

@@ -24,6 +24,13 @@ import (
 //   - Sessions: a binding made here is queued (SessionBound) and written
 //     by the sync loop: SET "<prefix>:sess:<id>" PX ttl, and published on
 //     "<prefix>:sessions" so that every instance fills its local table.
+//     The write is conditional (sessWriteScript): when the stored binding
+//     is neither the new key nor the one it replaced, another instance
+//     moved (or bound) the session meanwhile, and that binding stands and
+//     is applied here instead, so that a refresh or a late answer never
+//     undoes a move. Sessions held here (an open tunnel or forwarded
+//     request) are refreshed every ttl/4 while held (Pool.RefreshSessions),
+//     so that they do not expire in the fleet under a long use.
 //     Lookups stay local. A starting or reconnecting instance loads the
 //     stored sessions it does not hold yet, in the background. After a
 //     new Redis generation (restarted empty, flushed) every instance puts
@@ -35,6 +42,10 @@ import (
 type Pool interface {
 	SetInstances(n int)
 	ApplySession(id, key string, left time.Duration, fill bool)
+	// RefreshSessions reports the sessions held now whose shared TTL is
+	// due for a refresh, through SessionBound (the sync loop calls it
+	// every second).
+	RefreshSessions()
 }
 
 const (
@@ -64,6 +75,10 @@ type sessBind struct {
 	ID  string `json:"id"`
 	Key string `json:"key"`
 	TTL int64  `json:"ttl"` // milliseconds
+	// From is the key the stored binding is to have for the write to
+	// take (see sessWriteScript): Key for a refresh, the replaced key for
+	// a move, "" for a new session. Not published.
+	From string `json:"-"`
 }
 
 // sessKnown is a binding this instance knows Redis holds: written by it,
@@ -82,18 +97,40 @@ func (c *Cluster) SetPool(p Pool) { c.pool = p }
 func (c *Cluster) Instances() int { return int(max(c.instances.Load(), 1)) }
 
 // SessionBound queues a session binding for the fleet (upstream.Fleet).
-// It never blocks.
-func (c *Cluster) SessionBound(id, key string, ttl time.Duration) {
+// It never blocks. A binding queued for id already is replaced, and the
+// replacement keeps the first one's from: the stored binding is still the
+// one the first replaced, none of them having been written (a move and
+// a move on at once read as the fleet's having moved it meanwhile).
+func (c *Cluster) SessionBound(id, key, from string, ttl time.Duration) {
 	c.sessMu.Lock()
-	_, queued := c.sessPending[id]
+	old, queued := c.sessPending[id]
 	if !queued && len(c.sessPending) >= maxPendingSessions {
 		c.sessMu.Unlock()
 		return
 	}
-	c.sessPending[id] = sessBind{ID: id, Key: key, TTL: max(ttl.Milliseconds(), 1)}
+	if queued {
+		from = old.From
+	}
+	c.sessPending[id] = sessBind{ID: id, Key: key, From: from, TTL: max(ttl.Milliseconds(), 1)}
 	c.sessMu.Unlock()
 	c.wake()
 }
+
+// sessWriteScript writes one session binding (KEYS[1], value ARGV[1], PX
+// ARGV[2]) and publishes ARGV[4] on KEYS[2], unless the stored binding is
+// another key than ARGV[1] and than ARGV[3] (the key it replaced, or
+// ARGV[1] for a refresh): then another instance moved or bound the
+// session since this one last heard, and its binding stands. Returns {1}
+// when it wrote, else {0, the stored key, its PTTL in ms}.
+var sessWriteScript = redis.NewScript(`
+local v = redis.call('GET', KEYS[1])
+if v and v ~= ARGV[1] and v ~= ARGV[3] then
+  return {0, v, redis.call('PTTL', KEYS[1])}
+end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+redis.call('PUBLISH', KEYS[2], ARGV[4])
+return {1}
+`)
 
 // heartbeatScript records member ARGV[1] (this process's token,
 // "<instance>/<random>") as live now (Redis's clock, in ms), drops members
@@ -205,17 +242,23 @@ func (c *Cluster) flushSessions() {
 	ctx, cancel := context.WithTimeout(c.ctx, opTimeout)
 	defer cancel()
 	sent := time.Now() // the keys expire no sooner than their TTL from now
-	_, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, b := range batch {
-			msg, _ := json.Marshal(b)
-			p.Set(ctx, c.sessPrefix+b.ID, b.Key, time.Duration(b.TTL)*time.Millisecond)
-			p.Publish(ctx, c.sessChannel, msg)
-		}
-		return nil
-	})
+	binds := make([]sessBind, 0, len(batch))
+	cmds := make([]*redis.Cmd, 0, len(batch))
+	err := sessWriteScript.Load(ctx, c.rdb).Err()
 	if err == nil {
-		for _, b := range batch {
-			c.noteSession(b.ID, b.Key, sent.Add(time.Duration(b.TTL)*time.Millisecond), false)
+		_, err = c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, b := range batch {
+				msg, _ := json.Marshal(b) // plain fields: cannot fail
+				binds = append(binds, b)
+				cmds = append(cmds, sessWriteScript.EvalSha(ctx, p, []string{c.sessPrefix + b.ID, c.sessChannel},
+					b.Key, b.TTL, b.From, string(msg)))
+			}
+			return nil
+		})
+	}
+	if err == nil {
+		for i, b := range binds {
+			c.sessWritten(b, cmds[i], sent)
 		}
 		return
 	}
@@ -227,6 +270,31 @@ func (c *Cluster) flushSessions() {
 		}
 	}
 	c.sessMu.Unlock()
+}
+
+// sessWritten notes the outcome of b's write: written, or refused because
+// another instance's binding stands, which is applied here then (the
+// local table may not have heard of it: a message missed while
+// unsubscribed).
+func (c *Cluster) sessWritten(b sessBind, cmd *redis.Cmd, sent time.Time) {
+	res, err := cmd.Slice()
+	if err != nil || len(res) == 0 {
+		return
+	}
+	if ok, _ := res[0].(int64); ok == 1 || len(res) < 3 {
+		c.noteSession(b.ID, b.Key, sent.Add(time.Duration(b.TTL)*time.Millisecond), false)
+		return
+	}
+	key, _ := res[1].(string)
+	pttl, _ := res[2].(int64)
+	if key == "" || pttl <= 0 {
+		return // expired meanwhile: the next use binds it again
+	}
+	left := time.Duration(pttl) * time.Millisecond
+	c.noteSession(b.ID, key, time.Now().Add(left), false)
+	if c.pool != nil {
+		c.pool.ApplySession(b.ID, key, left, false)
+	}
 }
 
 // applySession applies a binding published by an instance, this one

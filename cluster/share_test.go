@@ -17,6 +17,7 @@ type fakePool struct {
 	instances int
 	sessions  map[string]string // id → key
 	fills     int
+	refreshes int // RefreshSessions calls
 }
 
 func (p *fakePool) SetInstances(n int) {
@@ -35,6 +36,12 @@ func (p *fakePool) ApplySession(id, key string, left time.Duration, fill bool) {
 		}
 	}
 	p.sessions[id] = key
+}
+
+func (p *fakePool) RefreshSessions() {
+	p.mu.Lock()
+	p.refreshes++
+	p.mu.Unlock()
 }
 
 func (p *fakePool) n() int {
@@ -97,7 +104,7 @@ func TestClusterSessionsShared(t *testing.T) {
 	rd := clustertest.Start(t)
 	a, _ := newShareMember(t, rd, "a", instanceTTL)
 	_, pb := newShareMember(t, rd, "b", instanceTTL)
-	a.SessionBound("s1", "socks5://u1:1", time.Minute)
+	a.SessionBound("s1", "socks5://u1:1", "", time.Minute)
 	waitUntil(t, 3*time.Second, "b to learn s1", func() bool { return pb.session("s1") == "socks5://u1:1" })
 	if got := rd.Do("GET", "rotor:sess:s1"); got != "socks5://u1:1" {
 		t.Errorf("stored session %q", got)
@@ -113,5 +120,65 @@ func TestClusterSessionsShared(t *testing.T) {
 	pc.mu.Unlock()
 	if fills == 0 {
 		t.Error("c learnt s1 without a fill load")
+	}
+}
+
+// TestClusterStaleRefreshKeepsMove: a refresh of a session's old binding
+// that reaches Redis after another instance moved the session leaves the
+// move in place, and the refreshing instance learns of the move. Bug: the
+// refresh was a plain SET, so a late refresh (or a late answer on the old
+// upstream) undid the move fleet-wide.
+func TestClusterStaleRefreshKeepsMove(t *testing.T) {
+	rd := clustertest.Start(t)
+	a, pa := newShareMember(t, rd, "a", instanceTTL)
+	b, pb := newShareMember(t, rd, "b", instanceTTL)
+	const id, old, moved = "u-session-m", "socks5://old:1", "socks5://new:1"
+	a.SessionBound(id, old, "", time.Minute)
+	waitUntil(t, 5*time.Second, "b to learn the binding", func() bool { return pb.session(id) == old })
+	b.SessionBound(id, moved, old, time.Minute) // b moves it: old failed there
+	waitUntil(t, 5*time.Second, "the move stored", func() bool { return rd.Do("GET", "rotor:sess:"+id) == moved })
+	a.SessionBound(id, old, old, time.Minute) // a's late refresh of the old binding
+	// A later binding of a's, in a later batch, shows that the refresh's
+	// batch has been written.
+	waitUntil(t, 5*time.Second, "a's queue taken", func() bool {
+		a.sessMu.Lock()
+		defer a.sessMu.Unlock()
+		return len(a.sessPending) == 0
+	})
+	a.SessionBound("u-session-barrier", old, "", time.Minute)
+	waitUntil(t, 5*time.Second, "the barrier stored", func() bool { return rd.Do("GET", "rotor:sess:u-session-barrier") == old })
+	if got := rd.Do("GET", "rotor:sess:"+id); got != moved {
+		t.Errorf("after a's late refresh Redis holds %q, want the move's %q", got, moved)
+	}
+	waitUntil(t, 5*time.Second, "a to hold the move", func() bool { return pa.session(id) == moved })
+	if got := pb.session(id); got != moved {
+		t.Errorf("b holds %q, want the move's %q", got, moved)
+	}
+}
+
+// TestClusterRefreshesHeldSessions: the sync loop asks the pool for the
+// sessions it holds every second (Pool.RefreshSessions), so that a
+// session in use here does not expire in the fleet.
+func TestClusterRefreshesHeldSessions(t *testing.T) {
+	rd := clustertest.Start(t)
+	_, pa := newShareMember(t, rd, "a", instanceTTL)
+	waitUntil(t, 5*time.Second, "a refresh asked for", func() bool {
+		pa.mu.Lock()
+		defer pa.mu.Unlock()
+		return pa.refreshes > 0
+	})
+}
+
+// TestClusterQueuedMovesKeepTheirBase: two moves of a session queued
+// before a flush are written as one move from the binding Redis holds.
+// (Keeping the second's from, the first's target that Redis never held,
+// would read as another instance's move and undo both.)
+func TestClusterQueuedMovesKeepTheirBase(t *testing.T) {
+	c := &Cluster{sessPending: map[string]sessBind{}, kick: make(chan struct{}, 1)}
+	c.SessionBound("s", "socks5://b:1", "socks5://a:1", time.Minute)
+	c.SessionBound("s", "socks5://c:1", "socks5://b:1", time.Minute)
+	c.SessionBound("s", "socks5://c:1", "socks5://c:1", time.Minute) // and a refresh
+	if b := c.sessPending["s"]; b.Key != "socks5://c:1" || b.From != "socks5://a:1" {
+		t.Errorf("queued %+v, want socks5://c:1 from socks5://a:1", b)
 	}
 }

@@ -268,7 +268,7 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 	fail := func(err error) {
 		if last != nil {
 			n, berr := s.relay(ctx, w, last, lastEP, strings.ToLower(addr), cfg.SlowBody.Stall, nil)
-			s.pool.Release(lastEP)
+			att.Release(lastEP)
 			s.logForward(id, r, params.User, lastEP, att, berr, n, start)
 			return
 		}
@@ -321,6 +321,10 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 			// streamed body, the upstream connection torn down) is the
 			// drain's, not the upstream's nor the target's.
 			att.Neutral(e)
+			if last != nil { // the held retry-status answer goes unsent
+				last.Body.Close()
+				att.Release(lastEP)
+			}
 			cf := explain(context.Canceled)
 			plainError(w, cf.Status, cf.Header, cf.Reason)
 			s.logForward(id, r, params.User, e, att, errDrainCut, 0, start)
@@ -376,7 +380,7 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 		}
 		if last != nil {
 			last.Body.Close()
-			s.pool.Release(lastEP)
+			att.Release(lastEP)
 			last, lastEP = nil, nil
 		}
 		if slices.Contains(pcfg.RetryStatuses, resp.StatusCode) && idempotent(r.Method) && big == nil {
@@ -385,7 +389,7 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 			continue
 		}
 		n, berr := s.relay(ctx, w, resp, e, strings.ToLower(addr), cfg.SlowBody.Stall, big)
-		s.pool.Release(e)
+		att.Release(e)
 		s.logForward(id, r, params.User, e, att, berr, n, start)
 		return
 	}

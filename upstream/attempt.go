@@ -14,133 +14,6 @@ import (
 	"github.com/rotor-proxy/rotor/health"
 )
 
-// ErrNoEligible is returned when no endpoint became eligible within
-// pool.wait_for_upstream.
-var ErrNoEligible = errors.New("no eligible upstream")
-
-// NoEligibleError is the ErrNoEligible of a request whose wait expired,
-// or that asked for tags no upstream has. A request restricted by tags,
-// to a host some upstreams are banned for, or that found upstreams
-// eligible but at their limits is told so; otherwise its text is
-// ErrNoEligible's (errors.Is(err, ErrNoEligible) holds either way).
-type NoEligibleError struct {
-	Tags []string
-	// Matching is how many endpoints of the set carry every tag (0: no
-	// upstream is configured with them, a likely typo).
-	Matching int
-	// Host is the target host; HostCooling how many of the matching
-	// endpoints are eligible but cooling for that host only (a ban a
-	// target_http_error, retry status or refusal of it started).
-	Host        string
-	HostCooling int
-	// AtMaxConns and AtRate count the matching endpoints that are
-	// eligible (the admin API says so) but were at their max_conns, or
-	// out of rate tokens (or had what was left promised to clients
-	// waiting longer), when the wait expired.
-	AtMaxConns int
-	AtRate     int
-	// Wait is the pool.wait_for_upstream the request waited (a
-	// nanosecond for "0s": no wait); 0 when it did not wait at all (tags
-	// no upstream has).
-	Wait time.Duration
-}
-
-func (e *NoEligibleError) Error() string {
-	tags := quoteTags(e.Tags)
-	if len(e.Tags) > 0 && e.Matching == 0 {
-		return "no eligible upstream: no upstream has tags " + tags
-	}
-	busy := e.AtMaxConns + e.AtRate
-	if len(e.Tags) == 0 && e.HostCooling == 0 && busy == 0 {
-		return ErrNoEligible.Error() // the pool is out: nothing to add
-	}
-	what := fmt.Sprintf("the %d upstreams", e.Matching)
-	if e.Matching == 1 {
-		what = "the only upstream"
-	}
-	if len(e.Tags) > 0 {
-		what += " with tags " + tags
-	}
-	limit := "max_conns or rate limit"
-	switch {
-	case e.AtRate == 0:
-		limit = "max_conns"
-	case e.AtMaxConns == 0:
-		limit = "rate limit"
-	}
-	if e.HostCooling > 0 {
-		msg := fmt.Sprintf("no eligible upstream for %s: %s cooling for this host only (it refused or banned %s)",
-			e.Host, partOf(e.HostCooling, what, e.Matching), pronoun(e.HostCooling, "it", "them"))
-		switch {
-		case busy == 1:
-			msg += ", 1 is at its " + limit
-		case busy > 1:
-			msg += fmt.Sprintf(", %d are at their %s", busy, limit)
-		}
-		return msg + restOut(e.Matching-e.HostCooling-busy)
-	}
-	switch {
-	case busy > 0 && busy == e.Matching && busy == 1:
-		return fmt.Sprintf("no eligible upstream: %s is eligible but at its %s", what, limit)
-	case busy > 0 && busy == e.Matching:
-		return fmt.Sprintf("no eligible upstream: %s are eligible but all at their %s", what, limit)
-	case busy > 0:
-		return fmt.Sprintf("no eligible upstream: %s eligible but at %s %s%s", partOf(busy, what, e.Matching),
-			pronoun(busy, "its", "their"), limit, restOut(e.Matching-busy))
-	case e.Matching == 1:
-		return fmt.Sprintf("no eligible upstream: %s is not eligible", what)
-	}
-	return fmt.Sprintf("no eligible upstream: none of %s is eligible", what)
-}
-
-// partOf names n of the matching endpoints (what) with its verb: "the
-// only upstream is", "1 of the 4 upstreams is", "2 of the 3 upstreams
-// are" ("the 1 upstreams are" read as a typo).
-func partOf(n int, what string, matching int) string {
-	switch {
-	case matching == 1:
-		return what + " is"
-	case n == 1:
-		return "1 of " + what + " is"
-	}
-	return fmt.Sprintf("%d of %s are", n, what)
-}
-
-// pronoun returns one for n == 1, else many.
-func pronoun(n int, one, many string) string {
-	if n == 1 {
-		return one
-	}
-	return many
-}
-
-// restOut says that the n matching endpoints not counted otherwise are
-// out ("" when there are none).
-func restOut(n int) string {
-	switch {
-	case n <= 0:
-		return ""
-	case n == 1:
-		return ", the other is out"
-	}
-	return ", the rest are out"
-}
-
-// quoteTags lists tags quoted ("us", "residential"): a tag with a
-// trailing space or a case the upstreams do not use ("us ", "US") reads
-// as itself, not as a tag that does not exist, and a client's control
-// bytes are escaped.
-func quoteTags(tags []string) string {
-	q := make([]string, len(tags))
-	for i, t := range tags {
-		q[i] = strconv.Quote(t)
-	}
-	return strings.Join(q, ", ")
-}
-
-// Is makes errors.Is(err, ErrNoEligible) true.
-func (e *NoEligibleError) Is(target error) bool { return target == ErrNoEligible }
-
 // Request describes what one client connection asks the pool for.
 type Request struct {
 	// Addr is the target host:port, passed to the upstream unresolved.
@@ -274,11 +147,11 @@ type Lease struct {
 	// Setup is the time from the start of Dial to the established tunnel.
 	Setup time.Duration
 
-	pool    *Pool
-	epoch   uint64 // health epoch when leased: stale outcomes only count
-	key     string // the request's host:port (Attempts.key)
-	session string // the request's sticky session, held open until Done ("" for none)
-	done    atomic.Bool
+	pool  *Pool
+	epoch uint64    // health epoch when leased: stale outcomes only count
+	key   string    // the request's host:port (Attempts.key)
+	att   *Attempts // the attempt loop: its Release ends the endpoint's use and the session's hold
+	done  atomic.Bool
 }
 
 // Fail reports a failure observed after the tunnel was established
@@ -300,14 +173,7 @@ func (l *Lease) Done() {
 	if !l.done.CompareAndSwap(false, true) {
 		return
 	}
-	p := l.pool
-	p.release(l.Endpoint)
-	if l.session == "" {
-		return
-	}
-	if key := p.sessions.release(l.session); key != "" && p.fleet != nil {
-		p.fleet.SessionBound(l.session, key, p.sessions.ttl())
-	}
+	l.att.Release(l.Endpoint)
 }
 
 // Dial establishes a connection to req.Addr through an eligible endpoint.
@@ -341,9 +207,9 @@ func (p *Pool) Dial(ctx context.Context, req Request) (*Lease, error) {
 		}
 		conn, err := e.DialContext(ctx, "tcp", req.Addr)
 		if err == nil {
-			a.succeeded(e, true)
+			a.Succeeded(e)
 			return &Lease{Conn: conn, Endpoint: e, Attempts: a.list, Setup: p.clock.Now().Sub(start), pool: p,
-				epoch: p.tr.Epoch(e.rec), key: a.key, session: a.sess}, nil
+				epoch: p.tr.Epoch(e.rec), key: a.key, att: a}, nil
 		}
 		if stop := a.Failed(ctx, e, err); stop != nil {
 			return nil, stop
@@ -382,6 +248,14 @@ type Attempts struct {
 	sess  string
 	list  []Attempt
 	tried []*Endpoint
+	// uses holds, for each endpoint Next returned, what its use holds
+	// until Release (or Failed, Neutral) ends it, exactly once: the
+	// endpoint's active count and, for a session, the session (see
+	// sessions.hold) and the generation of the binding it was picked
+	// under. pickGen passes that generation from pick to Next.
+	uses    []use
+	usesBuf [3]use // uses' first ones (the default max_attempts), without an allocation
+	pickGen uint64
 	// rateWait is the shortest time until a rate-limited endpoint refused
 	// by the last pick has a token again (0: none was).
 	rateWait  time.Duration
@@ -406,6 +280,15 @@ type Attempts struct {
 	// because others reach the target (see Failed): when a later attempt
 	// reaches it, each of those upstreams cools for it (OthersReached).
 	reached []heldFailure
+}
+
+// use is one endpoint Next returned, in use until ended (see
+// Attempts.uses).
+type use struct {
+	e     *Endpoint
+	gen   uint64 // the session's binding generation at the pick (0: none)
+	held  bool   // the session is held (sessions.hold) until the use ends
+	ended bool
 }
 
 // heldFailure is a failure not yet reported to e's record.
@@ -551,6 +434,14 @@ func (a *Attempts) Next(ctx context.Context) (e *Endpoint, err error) {
 		a.rateWait, a.limited, a.overflow = 0, a.limited[:0], false
 		if e := p.pick(a); e != nil {
 			a.tried = append(a.tried, e)
+			u := use{e: e, gen: a.pickGen}
+			if a.sess != "" {
+				u.held = p.sessions.hold(a.sess)
+			}
+			if a.uses == nil {
+				a.uses = a.usesBuf[:0]
+			}
+			a.uses = append(a.uses, u)
 			return e, nil
 		}
 		// After a failed attempt, no other upstream to try now: wait for
@@ -626,49 +517,6 @@ func (a *Attempts) noteLimited(ld *load) {
 		return
 	}
 	a.limited = append(a.limited, ld)
-}
-
-// noEligible explains an expired wait: the tags asked for, the upstreams
-// that are only cooling for this host, and those eligible but at their
-// max_conns or rate limit (or whose capacity clients waiting longer are
-// to have), and how long the request waited. It walks the request's view
-// (the pool, without tags) once, after the client waited.
-func (a *Attempts) noEligible() error {
-	p, s := a.p, a.p.set.Load()
-	host := a.req.Host()
-	ne := &NoEligibleError{Tags: a.req.Tags, Host: host, Wait: a.cfg.WaitForUpstream}
-	share := p.share.Load()
-	count := func(e *Endpoint) {
-		if !e.HasTags(a.req.Tags) {
-			return
-		}
-		ne.Matching++
-		if e.rec == nil || !p.tr.Eligible(e.rec) {
-			return
-		}
-		switch {
-		case host != "" && p.tr.TargetCooling(e.rec, a.key):
-			ne.HostCooling++
-		case e.MaxConns > 0 && e.ld.active.Load() >= connShare(int64(e.MaxConns), share):
-			ne.AtMaxConns++
-		case e.limit != nil && !e.limit.ready(share):
-			ne.AtRate++
-		case p.lines.ahead(e.ld, a.w) && e.limit != nil:
-			ne.AtRate++ // what it has is for the clients ahead
-		case p.lines.ahead(e.ld, a.w) && e.MaxConns > 0:
-			ne.AtMaxConns++
-		}
-	}
-	if list := s.viewOf(a).restricted(); list != nil {
-		for _, i := range list {
-			count(s.eps[i])
-		}
-	} else {
-		for _, e := range s.eps {
-			count(e)
-		}
-	}
-	return ne
 }
 
 // admit is the filter every strategy consults (see admitter), for
@@ -797,22 +645,21 @@ func (a *Attempts) viable(s *set, i int) bool {
 	return known || p.tr.Eligible(e.rec) && !p.tr.TargetCooling(e.rec, a.key)
 }
 
-// Succeeded reports a successful attempt on e (which stays active). With a
-// session id the session is bound to e (its TTL slides); a session that
-// was bound to another endpoint has moved, which is logged at info. In
-// fleet mode a new or moved binding (and a refresh, at most once per
-// ttl/4) is handed to the fleet, which queues it: nothing waits on Redis.
-func (a *Attempts) Succeeded(e *Endpoint) { a.succeeded(e, false) }
-
-// succeeded is Succeeded; with hold, a tunnel of the session stays open
-// on e until its Lease is done (the session does not expire meanwhile).
-func (a *Attempts) succeeded(e *Endpoint, hold bool) {
+// Succeeded reports a successful attempt on e (which stays active until
+// Release). With a session id the session is bound to e (its TTL slides)
+// unless it moved since e was picked (a late answer does not move it
+// back); a session that was bound to another endpoint has moved, which
+// is logged at info. In fleet mode a new or moved binding (and a
+// refresh, at most once per ttl/4) is handed to the fleet, which queues
+// it: nothing waits on Redis. The session is held from the pick to
+// Release: it does not expire while e serves it.
+func (a *Attempts) Succeeded(e *Endpoint) {
 	a.flushSlow()
 	a.p.tr.SuccessTarget(e.rec, a.key)
 	if a.reached != nil {
 		a.othersReached() // after the success, which the target rule reads
 	}
-	a.bindSession(e, hold)
+	a.bindSession(e)
 }
 
 // Answered is Succeeded for an answer that counts against e for its
@@ -826,11 +673,29 @@ func (a *Attempts) Answered(e *Endpoint) {
 	if a.reached != nil {
 		a.othersReached() // the target answered e: it is reachable
 	}
-	a.bindSession(e, false)
+	a.bindSession(e)
 }
 
-func (a *Attempts) bindSession(e *Endpoint, hold bool) {
-	from, moved, report := a.p.sessions.bind(a.sess, e, hold)
+// useOf returns the index in a.uses of e's use not yet ended, -1 when
+// there is none.
+func (a *Attempts) useOf(e *Endpoint) int {
+	for i := range a.uses {
+		if u := &a.uses[i]; u.e == e && !u.ended {
+			return i
+		}
+	}
+	return -1
+}
+
+func (a *Attempts) bindSession(e *Endpoint) {
+	if a.sess == "" {
+		return
+	}
+	var gen uint64
+	if i := a.useOf(e); i >= 0 {
+		gen = a.uses[i].gen
+	}
+	from, fromKey, moved, report := a.p.sessions.bind(a.sess, e, gen)
 	if moved {
 		ev := a.p.log.Info().Str("session", a.req.Session).Str("from", from).Str("to", e.Name)
 		if a.req.User != "" {
@@ -839,7 +704,28 @@ func (a *Attempts) bindSession(e *Endpoint, hold bool) {
 		ev.Msg("session moved")
 	}
 	if report && a.p.fleet != nil {
-		a.p.fleet.SessionBound(a.sess, e.Key, a.p.sessions.ttl())
+		a.p.fleet.SessionBound(a.sess, e.Key, fromKey, a.p.sessions.ttl())
+	}
+}
+
+// Release ends the use of e, an endpoint Next returned for this request:
+// e is no longer active for it, and the session it held since the pick
+// slides its TTL from now. Only the first call for a use counts (Failed
+// and Neutral end it too), so the active count stays exact.
+func (a *Attempts) Release(e *Endpoint) {
+	i := a.useOf(e)
+	if i < 0 {
+		return
+	}
+	u := &a.uses[i]
+	u.ended = true
+	p := a.p
+	p.release(e)
+	if !u.held {
+		return
+	}
+	if key := p.sessions.release(a.sess); key != "" && p.fleet != nil {
+		p.fleet.SessionBound(a.sess, key, key, p.sessions.ttl()) // a refresh
 	}
 }
 
@@ -870,7 +756,7 @@ func (a *Attempts) bindSession(e *Endpoint, hold bool) {
 // replaced is only counted (health.Tracker.FailStale).
 func (a *Attempts) Failed(ctx context.Context, e *Endpoint, err error) error {
 	p := a.p
-	p.release(e)
+	a.Release(e)
 	if ctx.Err() != nil && IsCanceled(err) {
 		// The client went away: neither a success nor a failure.
 		p.tr.Neutral(e.rec)
@@ -943,11 +829,13 @@ func (a *Attempts) Failed(ctx context.Context, e *Endpoint, err error) error {
 // it was sent). It is neither a success nor a failure: nothing is
 // reported to e's record, and the caller tries no other upstream.
 func (a *Attempts) Neutral(e *Endpoint) {
-	a.p.release(e)
+	a.Release(e)
 	a.p.tr.Neutral(e.rec)
 }
 
-// Release ends e's use by a request that Next returned it for.
+// Release ends e's active use by a request that Next returned it for. It
+// does not end the hold of the request's session: Attempts.Release does
+// both and is the one to call.
 func (p *Pool) Release(e *Endpoint) { p.release(e) }
 
 // Report records a failure observed on e after the client was answered.
@@ -974,7 +862,9 @@ func (e *Endpoint) DialContext(ctx context.Context, network, addr string) (net.C
 // starting meanwhile follow; Succeeded confirms the move (and logs it). A
 // pick that lost that race to another request of the session follows the
 // winner when it admits it: its own choice is released, its rate token
-// given back (a slow-start slot it took stays used).
+// given back (a slow-start slot it took stays used). It notes in
+// a.pickGen the generation of the session's binding the pick went by, for
+// the answer's bind (a late answer must not undo a move).
 func (p *Pool) pick(a *Attempts) *Endpoint {
 	a.queued = p.lines.active()
 	s := p.set.Load()
@@ -983,7 +873,8 @@ func (p *Pool) pick(a *Attempts) *Endpoint {
 	if id == "" {
 		return st.pick(s, a)
 	}
-	key := p.sessions.follow(id)
+	key, gen := p.sessions.follow(id)
+	a.pickGen = gen
 	if key != "" {
 		if i, ok := s.byKey[key]; ok && a.admit(s, i) {
 			return s.eps[i]
@@ -993,7 +884,8 @@ func (p *Pool) pick(a *Attempts) *Endpoint {
 	if e == nil {
 		return nil
 	}
-	win := p.sessions.claim(id, key, e)
+	win, gen := p.sessions.claim(id, key, e)
+	a.pickGen = gen
 	if win == e.Key {
 		return e
 	}

@@ -91,7 +91,7 @@ func (tp *testPool) use(t testing.TB, req Request) string {
 		t.Fatalf("Next: %v", err)
 	}
 	a.Succeeded(e)
-	tp.Release(e)
+	a.Release(e)
 	return e.Name
 }
 
@@ -184,14 +184,14 @@ func TestSessionMemoryBounded(t *testing.T) {
 	ss := newSessions(time.Minute, 1000, clock)
 	e := &Endpoint{Name: "a", Key: "socks5://a:1"}
 	for i := 0; i < ss.max+10; i++ {
-		ss.bind(fmt.Sprint(i), e, false)
+		ss.bind(fmt.Sprint(i), e, 0)
 	}
 	if n := ss.len(); n > ss.max {
 		t.Fatalf("%d sessions held, cap %d", n, ss.max)
 	}
 	clock.Advance(2 * time.Minute) // all expired, and a sweep is due in every shard
 	for i := 0; i < 200; i++ {
-		ss.bind(fmt.Sprint("fresh", i), e, false)
+		ss.bind(fmt.Sprint("fresh", i), e, 0)
 	}
 	if n := ss.len(); n != 200 {
 		t.Errorf("%d sessions after the sweep, want the 200 fresh ones", n)
@@ -243,7 +243,7 @@ func TestTagsNoneEligibleFailsNamingTags(t *testing.T) {
 		matching int
 		text     string
 	}{
-		{"configured but not eligible", []string{"us"}, 1, `no eligible upstream: the only upstream with tags "us" is not eligible`},
+		{"configured but not eligible", []string{"us"}, 1, `no eligible upstream: the only upstream with tags "us" is disabled`},
 		{"no upstream has them", []string{"us", "mobile"}, 0, `no upstream has tags "us", "mobile"`},
 		// Quoted: "no upstream has tags us" read as if us did not exist.
 		{"trailing space", []string{"us "}, 0, `no upstream has tags "us "`},
@@ -264,13 +264,14 @@ func TestTagsNoneEligibleFailsNamingTags(t *testing.T) {
 			}
 		})
 	}
-	// Without tags the plain sentinel's text is kept; the error says how
+	// Without tags the error says why the upstreams are out, and how
 	// long the request waited.
 	tp.disable(t, "de")
 	_, err := tp.NewAttempts(Request{Addr: "example.com:443"}).Next(context.Background())
 	var ne *NoEligibleError
-	if !errors.As(err, &ne) || err.Error() != ErrNoEligible.Error() || ne.Wait != 20*time.Millisecond {
-		t.Errorf("untagged: err = %#v, want %q waited 20ms", err, ErrNoEligible)
+	want := "no eligible upstream: 2 disabled"
+	if !errors.As(err, &ne) || err.Error() != want || ne.Wait != 20*time.Millisecond {
+		t.Errorf("untagged: err = %#v, want %q waited 20ms", err, want)
 	}
 }
 
@@ -633,7 +634,7 @@ func TestNoEligibleNamesLimits(t *testing.T) {
 		{"max_conns and rate", nil, []string{"res"},
 			"no eligible upstream: the 3 upstreams with tags \"res\" are eligible but all at their max_conns or rate limit"},
 		{"max_conns, untagged", func() { tp.disable(t, "res-1"); tp.disable(t, "res-2"); tp.disable(t, "res-3") }, nil,
-			"no eligible upstream: 1 of the 4 upstreams is eligible but at its max_conns, the rest are out"},
+			"no eligible upstream: 1 of the 4 upstreams is eligible but at its max_conns, the rest are out: 3 disabled"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -54,7 +54,7 @@ func TestSessionFirstRequestsShareUpstream(t *testing.T) {
 	}
 	for _, p := range all {
 		p.a.Succeeded(p.e)
-		tp.Release(p.e)
+		p.a.Release(p.e)
 	}
 	if len(seen) != 1 {
 		t.Errorf("the session's first requests went to %v, want one upstream", seen)
@@ -96,7 +96,7 @@ func TestSessionFirstPickFails(t *testing.T) {
 		t.Fatalf("retry went to %s again", e1.Name)
 	}
 	a1.Succeeded(e3)
-	tp.Release(e3)
+	a1.Release(e3)
 	if err := a2.Failed(ctx, e2, refused); err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +105,7 @@ func TestSessionFirstPickFails(t *testing.T) {
 		t.Fatal(err)
 	}
 	a2.Succeeded(e4)
-	tp.Release(e4)
+	a2.Release(e4)
 	if e4 != e3 {
 		t.Errorf("the follower's retry went to %s, want %s (where the session moved)", e4.Name, e3.Name)
 	}

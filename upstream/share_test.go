@@ -118,12 +118,14 @@ func TestSharedRate(t *testing.T) {
 type fakeFleet struct {
 	mu    sync.Mutex
 	binds []string // "id=key"
+	froms []string // each bind's from
 }
 
-func (f *fakeFleet) SessionBound(id, key string, ttl time.Duration) {
+func (f *fakeFleet) SessionBound(id, key, from string, ttl time.Duration) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.binds = append(f.binds, id+"="+key)
+	f.froms = append(f.froms, from)
 }
 
 func (f *fakeFleet) count() int {

@@ -1,0 +1,314 @@
+package upstream
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rotor-proxy/rotor/health"
+)
+
+// ErrNoEligible is returned when no endpoint became eligible within
+// pool.wait_for_upstream.
+var ErrNoEligible = errors.New("no eligible upstream")
+
+// NoEligibleError is the ErrNoEligible of a request whose wait expired,
+// or that asked for tags no upstream has. A request restricted by tags,
+// to a host some upstreams are banned for, or that found upstreams
+// eligible but at their limits is told so, and so is one whose upstreams
+// are out (cooling, by class, awaiting a probe, disabled: when the next
+// one is due); otherwise its text is ErrNoEligible's (errors.Is(err,
+// ErrNoEligible) holds either way). Its text never holds a failure's
+// detail (what a peer sent): classes, counts and times only.
+type NoEligibleError struct {
+	Tags []string
+	// Matching is how many endpoints of the set carry every tag (0: no
+	// upstream is configured with them, a likely typo).
+	Matching int
+	// Host is the target host; HostCooling how many of the matching
+	// endpoints are eligible but cooling for that host only (a ban a
+	// target_http_error, retry status or refusal of it started).
+	Host        string
+	HostCooling int
+	// AtMaxConns and AtRate count the matching endpoints that are
+	// eligible (the admin API says so) but were at their max_conns, or
+	// out of rate tokens (or had what was left promised to clients
+	// waiting longer), when the wait expired.
+	AtMaxConns int
+	AtRate     int
+	// Cooling counts the matching endpoints cooling when the wait
+	// expired, by the class of their last failure (in class order, none
+	// zero); Probing those whose cooldown is over and whose probe is due
+	// or running (probe_allowed); Disabled those disabled.
+	Cooling  []ClassCount
+	Probing  int
+	Disabled int
+	// NextDue is the shortest cooldown left among the cooling ones (0:
+	// none cools).
+	NextDue time.Duration
+	// ProbeTargetDown counts the cooling ones whose probes failed at the
+	// probe target itself (health's "probe target seems down"): then the
+	// probe target, not the upstreams, seems to be the trouble.
+	ProbeTargetDown int
+	// Wait is the pool.wait_for_upstream the request waited (a
+	// nanosecond for "0s": no wait); 0 when it did not wait at all (tags
+	// no upstream has).
+	Wait time.Duration
+}
+
+// ClassCount is how many endpoints cool for one class.
+type ClassCount struct {
+	Class health.Class
+	N     int
+}
+
+func (e *NoEligibleError) Error() string {
+	tags := quoteTags(e.Tags)
+	if len(e.Tags) > 0 && e.Matching == 0 {
+		return "no eligible upstream: no upstream has tags " + tags
+	}
+	busy := e.AtMaxConns + e.AtRate
+	out := e.outText()
+	what := fmt.Sprintf("the %d upstreams", e.Matching)
+	if e.Matching == 1 {
+		what = "the only upstream"
+	}
+	if len(e.Tags) > 0 {
+		what += " with tags " + tags
+	}
+	if len(e.Tags) == 0 && e.HostCooling == 0 && busy == 0 {
+		switch {
+		case out == "":
+			return ErrNoEligible.Error() // nothing to add
+		case e.Matching == 1 && e.outCount() == 1:
+			return "no eligible upstream: " + what + " is " + e.oneOut()
+		}
+		return "no eligible upstream: " + out
+	}
+	limit := "max_conns or rate limit"
+	switch {
+	case e.AtRate == 0:
+		limit = "max_conns"
+	case e.AtMaxConns == 0:
+		limit = "rate limit"
+	}
+	if e.HostCooling > 0 {
+		msg := fmt.Sprintf("no eligible upstream for %s: %s cooling for this host only (it refused or banned %s)",
+			e.Host, partOf(e.HostCooling, what, e.Matching), pronoun(e.HostCooling, "it", "them"))
+		switch {
+		case busy == 1:
+			msg += ", 1 is at its " + limit
+		case busy > 1:
+			msg += fmt.Sprintf(", %d are at their %s", busy, limit)
+		}
+		return msg + restOut(e.Matching-e.HostCooling-busy, out)
+	}
+	switch {
+	case busy > 0 && busy == e.Matching && busy == 1:
+		return fmt.Sprintf("no eligible upstream: %s is eligible but at its %s", what, limit)
+	case busy > 0 && busy == e.Matching:
+		return fmt.Sprintf("no eligible upstream: %s are eligible but all at their %s", what, limit)
+	case busy > 0:
+		return fmt.Sprintf("no eligible upstream: %s eligible but at %s %s%s", partOf(busy, what, e.Matching),
+			pronoun(busy, "its", "their"), limit, restOut(e.Matching-busy, out))
+	case e.Matching == 1 && out != "" && e.outCount() == 1:
+		return fmt.Sprintf("no eligible upstream: %s is %s", what, e.oneOut())
+	case e.Matching == 1:
+		return fmt.Sprintf("no eligible upstream: %s is not eligible", what)
+	case out != "":
+		return fmt.Sprintf("no eligible upstream: none of %s is eligible: %s", what, out)
+	}
+	return fmt.Sprintf("no eligible upstream: none of %s is eligible", what)
+}
+
+// outCount is how many endpoints the state counts name.
+func (e *NoEligibleError) outCount() int {
+	n := e.Probing + e.Disabled
+	for _, c := range e.Cooling {
+		n += c.N
+	}
+	return n
+}
+
+// outText says why the endpoints out are out, in one line: "2 cooling
+// (refused ×1, auth_rejected ×1), 1 disabled; next one due in 25s" ("" when
+// no state was counted).
+func (e *NoEligibleError) outText() string {
+	var parts []string
+	if n := e.outCount() - e.Probing - e.Disabled; n > 0 {
+		parts = append(parts, fmt.Sprintf("%d cooling (%s)", n, e.classes(true)))
+	}
+	if e.Probing > 0 {
+		parts = append(parts, fmt.Sprintf("%d awaiting a probe", e.Probing))
+	}
+	if e.Disabled > 0 {
+		parts = append(parts, fmt.Sprintf("%d disabled", e.Disabled))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return strings.Join(parts, ", ") + e.dueText("next one due in ")
+}
+
+// oneOut is outText for a single endpoint out: "cooling (refused); due
+// in 25s", "awaiting a probe", "disabled".
+func (e *NoEligibleError) oneOut() string {
+	switch {
+	case e.Probing == 1:
+		return "awaiting a probe"
+	case e.Disabled == 1:
+		return "disabled"
+	}
+	return "cooling (" + e.classes(false) + ")" + e.dueText("due in ")
+}
+
+// classes lists the cooling classes, with their counts when counts.
+func (e *NoEligibleError) classes(counts bool) string {
+	c := make([]string, len(e.Cooling))
+	for i, cc := range e.Cooling {
+		c[i] = cc.Class.String()
+		if counts {
+			c[i] += " ×" + strconv.Itoa(cc.N)
+		}
+	}
+	return strings.Join(c, ", ")
+}
+
+// dueText is the probe target's trouble, if any, and when the next
+// cooldown ends ("" when none cools), each after "; ".
+func (e *NoEligibleError) dueText(lead string) string {
+	s := ""
+	if e.ProbeTargetDown > 0 {
+		s += "; the probe target seems down"
+	}
+	if e.NextDue > 0 {
+		// Whole seconds, rounded up: "due in 0s" read as due already.
+		s += "; " + lead + ((e.NextDue + time.Second - 1) / time.Second * time.Second).String()
+	}
+	return s
+}
+
+// partOf names n of the matching endpoints (what) with its verb: "the
+// only upstream is", "1 of the 4 upstreams is", "2 of the 3 upstreams
+// are" ("the 1 upstreams are" read as a typo).
+func partOf(n int, what string, matching int) string {
+	switch {
+	case matching == 1:
+		return what + " is"
+	case n == 1:
+		return "1 of " + what + " is"
+	}
+	return fmt.Sprintf("%d of %s are", n, what)
+}
+
+// pronoun returns one for n == 1, else many.
+func pronoun(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
+// restOut says that the n matching endpoints not counted otherwise are
+// out ("" when there are none), and why when out says (outText).
+func restOut(n int, out string) string {
+	why := ""
+	if out != "" {
+		why = ": " + out
+	}
+	switch {
+	case n <= 0:
+		return ""
+	case n == 1:
+		return ", the other is out" + why
+	}
+	return ", the rest are out" + why
+}
+
+// quoteTags lists tags quoted ("us", "residential"): a tag with a
+// trailing space or a case the upstreams do not use ("us ", "US") reads
+// as itself, not as a tag that does not exist, and a client's control
+// bytes are escaped.
+func quoteTags(tags []string) string {
+	q := make([]string, len(tags))
+	for i, t := range tags {
+		q[i] = strconv.Quote(t)
+	}
+	return strings.Join(q, ", ")
+}
+
+// Is makes errors.Is(err, ErrNoEligible) true.
+func (e *NoEligibleError) Is(target error) bool { return target == ErrNoEligible }
+
+// noEligible explains an expired wait: the tags asked for, the upstreams
+// that are only cooling for this host, those eligible but at their
+// max_conns or rate limit (or whose capacity clients waiting longer are
+// to have), why the others are out (cooling, by class, awaiting a probe,
+// disabled) and when the next one is due, and how long the request
+// waited. It walks the request's view (the pool, without tags) once,
+// after the client waited.
+func (a *Attempts) noEligible() error {
+	p, s := a.p, a.p.set.Load()
+	host := a.req.Host()
+	ne := &NoEligibleError{Tags: a.req.Tags, Host: host, Wait: a.cfg.WaitForUpstream}
+	share := p.share.Load()
+	var cooling [16]int // by class; health has fewer
+	count := func(e *Endpoint) {
+		if !e.HasTags(a.req.Tags) {
+			return
+		}
+		ne.Matching++
+		if e.rec == nil {
+			return
+		}
+		if !p.tr.Eligible(e.rec) {
+			o := p.tr.Outlook(e.rec)
+			switch o.State {
+			case health.Cooling:
+				if int(o.Reason) < len(cooling) {
+					cooling[o.Reason]++
+				}
+				if ne.NextDue == 0 || o.Left < ne.NextDue {
+					ne.NextDue = max(o.Left, time.Nanosecond)
+				}
+				if o.ProbeTargetDown {
+					ne.ProbeTargetDown++
+				}
+			case health.ProbeAllowed:
+				ne.Probing++
+			case health.Disabled:
+				ne.Disabled++
+			}
+			return
+		}
+		switch {
+		case host != "" && p.tr.TargetCooling(e.rec, a.key):
+			ne.HostCooling++
+		case e.MaxConns > 0 && e.ld.active.Load() >= connShare(int64(e.MaxConns), share):
+			ne.AtMaxConns++
+		case e.limit != nil && !e.limit.ready(share):
+			ne.AtRate++
+		case p.lines.ahead(e.ld, a.w) && e.limit != nil:
+			ne.AtRate++ // what it has is for the clients ahead
+		case p.lines.ahead(e.ld, a.w) && e.MaxConns > 0:
+			ne.AtMaxConns++
+		}
+	}
+	if list := s.viewOf(a).restricted(); list != nil {
+		for _, i := range list {
+			count(s.eps[i])
+		}
+	} else {
+		for _, e := range s.eps {
+			count(e)
+		}
+	}
+	for c, n := range cooling {
+		if n > 0 {
+			ne.Cooling = append(ne.Cooling, ClassCount{Class: health.Class(c), N: n})
+		}
+	}
+	return ne
+}
