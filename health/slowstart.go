@@ -68,7 +68,7 @@ func (t *Tracker) AdmitTarget(r *Record, target string) bool {
 	if State(r.state.Load()) != Eligible {
 		return false
 	}
-	if target != "" && r.ntargets.Load() > 0 && t.targetCooling(r, target) {
+	if target != "" && r.ntargets.Load() > 0 && cooling(t.targetCooling(r, target)) {
 		return false
 	}
 	if !r.ramping.Load() {

@@ -145,24 +145,38 @@ func (t *Tracker) dropTargets(s *settings, r *Record, now time.Time) {
 // port), whatever its own state. For explaining a refusal; the pick path
 // uses AdmitTarget.
 func (t *Tracker) TargetCooling(r *Record, target string) bool {
-	return r.ntargets.Load() > 0 && t.targetCooling(r, target)
+	_, ok := t.TargetCoolingReason(r, target)
+	return ok
+}
+
+// TargetCoolingReason is TargetCooling with the class of that cooldown
+// (the host's when both the host and host:port cool), for telling a
+// client why: "refused or banned" sent users with a wrong proxy password
+// (auth_rejected per host) to look at the target.
+func (t *Tracker) TargetCoolingReason(r *Record, target string) (Class, bool) {
+	if r.ntargets.Load() == 0 {
+		return 0, false
+	}
+	return t.targetCooling(r, target)
 }
 
 // targetCooling reports whether r is cooling for target's host, or for
-// target itself when it has a port, now.
-func (t *Tracker) targetCooling(r *Record, target string) bool {
+// target itself when it has a port, now, and for which class.
+func (t *Tracker) targetCooling(r *Record, target string) (Class, bool) {
 	now := t.clock.Now()
 	host := targetHost(target)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if tc := r.targets[host]; tc != nil && now.Before(tc.deadline) {
-		return true
+		return tc.reason, true
 	}
 	if host == target {
-		return false
+		return 0, false
 	}
-	tc := r.targets[target]
-	return tc != nil && now.Before(tc.deadline)
+	if tc := r.targets[target]; tc != nil && now.Before(tc.deadline) {
+		return tc.reason, true
+	}
+	return 0, false
 }
 
 // forgetTarget drops the entries of target's host and of target (a
@@ -605,3 +619,6 @@ func sortTargets(ts []TargetCooldown) {
 		return strings.Compare(a.Host, b.Host)
 	})
 }
+
+// cooling is targetCooling's verdict alone.
+func cooling(_ Class, ok bool) bool { return ok }

@@ -32,6 +32,9 @@ type NoEligibleError struct {
 	// target_http_error, retry status or refusal of it started).
 	Host        string
 	HostCooling int
+	// HostClasses counts those by the class of their cooldown for the
+	// host (in class order, none zero).
+	HostClasses []ClassCount
 	// AtMaxConns and AtRate count the matching endpoints that are
 	// eligible (the admin API says so) but were at their max_conns, or
 	// out of rate tokens (or had what was left promised to clients
@@ -95,8 +98,8 @@ func (e *NoEligibleError) Error() string {
 		limit = "rate limit"
 	}
 	if e.HostCooling > 0 {
-		msg := fmt.Sprintf("no eligible upstream for %s: %s cooling for this host only (it refused or banned %s)",
-			e.Host, partOf(e.HostCooling, what, e.Matching), pronoun(e.HostCooling, "it", "them"))
+		msg := fmt.Sprintf("no eligible upstream for %s: %s cooling for this host only (%s)",
+			e.Host, partOf(e.HostCooling, what, e.Matching), e.hostWhy())
 		switch {
 		case busy == 1:
 			msg += ", 1 is at its " + limit
@@ -121,6 +124,16 @@ func (e *NoEligibleError) Error() string {
 		return fmt.Sprintf("no eligible upstream: none of %s is eligible: %s", what, out)
 	}
 	return fmt.Sprintf("no eligible upstream: none of %s is eligible", what)
+}
+
+// hostWhy says why the endpoints cool for the host: by class when
+// counted ("auth_rejected ×2": a wrong proxy password is not the
+// target's doing), else that the host refused or banned them.
+func (e *NoEligibleError) hostWhy() string {
+	if len(e.HostClasses) == 0 {
+		return "it refused or banned " + pronoun(e.HostCooling, "it", "them")
+	}
+	return classList(e.HostClasses, e.HostCooling > 1)
 }
 
 // outCount is how many endpoints the state counts name.
@@ -165,9 +178,12 @@ func (e *NoEligibleError) oneOut() string {
 }
 
 // classes lists the cooling classes, with their counts when counts.
-func (e *NoEligibleError) classes(counts bool) string {
-	c := make([]string, len(e.Cooling))
-	for i, cc := range e.Cooling {
+func (e *NoEligibleError) classes(counts bool) string { return classList(e.Cooling, counts) }
+
+// classList lists the classes of cc, with their counts when counts.
+func classList(cc []ClassCount, counts bool) string {
+	c := make([]string, len(cc))
+	for i, cc := range cc {
 		c[i] = cc.Class.String()
 		if counts {
 			c[i] += " ×" + strconv.Itoa(cc.N)
@@ -254,7 +270,7 @@ func (a *Attempts) noEligible() error {
 	host := a.req.Host()
 	ne := &NoEligibleError{Tags: a.req.Tags, Host: host, Wait: a.cfg.WaitForUpstream}
 	share := p.share.Load()
-	var cooling [16]int // by class; health has fewer
+	var cooling, hostCooling [16]int // by class; health has fewer
 	count := func(e *Endpoint) {
 		if !e.HasTags(a.req.Tags) {
 			return
@@ -283,9 +299,16 @@ func (a *Attempts) noEligible() error {
 			}
 			return
 		}
+		class, hostCool := health.Class(0), false
+		if host != "" {
+			class, hostCool = p.tr.TargetCoolingReason(e.rec, a.key)
+		}
 		switch {
-		case host != "" && p.tr.TargetCooling(e.rec, a.key):
+		case hostCool:
 			ne.HostCooling++
+			if int(class) < len(hostCooling) {
+				hostCooling[class]++
+			}
 		case e.MaxConns > 0 && e.ld.active.Load() >= connShare(int64(e.MaxConns), share):
 			ne.AtMaxConns++
 		case e.limit != nil && !e.limit.ready(share):
@@ -305,10 +328,18 @@ func (a *Attempts) noEligible() error {
 			count(e)
 		}
 	}
-	for c, n := range cooling {
+	ne.Cooling = classCounts(cooling[:])
+	ne.HostClasses = classCounts(hostCooling[:])
+	return ne
+}
+
+// classCounts lists the non-zero counts of byClass, in class order.
+func classCounts(byClass []int) []ClassCount {
+	var out []ClassCount
+	for c, n := range byClass {
 		if n > 0 {
-			ne.Cooling = append(ne.Cooling, ClassCount{Class: health.Class(c), N: n})
+			out = append(out, ClassCount{Class: health.Class(c), N: n})
 		}
 	}
-	return ne
+	return out
 }
