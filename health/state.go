@@ -622,9 +622,32 @@ func (t *Tracker) enableAs(r *Record, detail string, creds, byConfig bool) error
 		t.setState(r, now, ProbeAllowed, Operator, StageOperator, detail, nil, &e)
 		e.items = append(e.items, item{at: now, rec: r, epoch: r.epoch, kind: kindProbe})
 	}
+	if !r.removed && !byConfig {
+		// Per-host cooldowns the old credentials earned end with them, and
+		// an operator's enable ends every one of r's per-host cooldowns.
+		// Bug: after a password fix, or an enable, r stayed cooling for
+		// every host its proxy had answered 407 for, up to auth_rejected's
+		// max, while its probe through the same host passed.
+		t.endTargets(r, creds)
+	}
 	r.mu.Unlock()
 	t.apply(&e)
 	return nil
+}
+
+// endTargets drops r's per-host cooldowns: only auth_rejected ones when
+// authOnly. Caller holds r.mu.
+func (t *Tracker) endTargets(r *Record, authOnly bool) {
+	if len(r.targets) == 0 {
+		return
+	}
+	for h, tc := range r.targets {
+		if !authOnly || tc.reason == AuthRejected {
+			delete(r.targets, h)
+		}
+	}
+	r.ntargets.Store(int32(len(r.targets)))
+	r.publish()
 }
 
 // enabledHere records, in fleet mode, an operator's enable of r that

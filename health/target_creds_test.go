@@ -1,0 +1,42 @@
+package health
+
+import "testing"
+
+// TestCredentialsChangeEndsHostAuthCooldowns: a password fix ends the
+// per-host auth_rejected cooldowns the old password earned, and an
+// operator's enable ends every per-host cooldown. Issue: a forwarded
+// request's 407 cooled an upstream for its host for 5 minutes; after the
+// password was fixed (and the probe through the same host passed), and
+// after POST /enable, every request to that host still got 503 "cooling
+// for this host only" until the cooldown ran out.
+func TestCredentialsChangeEndsHostAuthCooldowns(t *testing.T) {
+	tr, _ := newFakeTracker(t, Config{StartEligible: true})
+	r := tr.Add("k", "up", nil, false)
+	tr.Fail(r, &Failure{Class: AuthRejected, Stage: StageProxyAuth, Target: "a.example:80", Scope: ScopeTarget}) // a forwarded request's 407
+	tr.Fail(r, &Failure{Class: TargetHTTPError, Stage: StageHTTPStatus, Target: "b.example:80", Scope: ScopeTarget})
+	if !tr.TargetCooling(r, "a.example:80") || !tr.TargetCooling(r, "b.example:80") {
+		t.Fatalf("set-up: per-host cooldowns not made: %+v", tr.Snapshot(r))
+	}
+	if c, _ := tr.TargetCoolingReason(r, "a.example:80"); c != AuthRejected {
+		t.Errorf("reason for a.example = %v, want auth_rejected", c)
+	}
+	tr.CredentialsChanged(r)
+	if tr.TargetCooling(r, "a.example:80") {
+		t.Errorf("after a credentials change: still cooling for a.example (auth_rejected)")
+	}
+	if !tr.TargetCooling(r, "b.example:80") {
+		t.Errorf("after a credentials change: the target_http_error ban of b.example ended too")
+	}
+	if !tr.AdmitTarget(r, "a.example:80") {
+		t.Errorf("a.example not admitted after the credentials change")
+	}
+	if err := tr.Enable(r); err != nil {
+		t.Fatal(err)
+	}
+	if tr.TargetCooling(r, "b.example:80") {
+		t.Errorf("after an operator's enable: still cooling for b.example")
+	}
+	if n := len(tr.Snapshot(r).Targets); n != 0 {
+		t.Errorf("snapshot still lists %d per-host cooldowns", n)
+	}
+}
