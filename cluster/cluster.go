@@ -108,12 +108,18 @@ type Cluster struct {
 	held     map[string]record
 	releases []string         // lease keys to release once pending is written
 	seen     map[string]int64 // newest record version applied or written, per key
-	ops      map[string]stamp // newest operator action known, per key (survives a Redis restart)
-	gen      string           // Redis generation seen last ("" before the first contact)
-	down     bool             // an outage was logged and has not ended
-	downLog  downLog          // what the outage's last warning said, and when (down.go)
-	freshAt  time.Time        // last (re)connection or new Redis generation
-	started  bool
+	// sums holds the content (record.sum) of the version seen, per key: the
+	// same version with other content is a record Redis lost or rolled back.
+	sums map[string]uint64
+	// recheck holds the keys whose record the sync loop is to re-read and
+	// put back when Redis lost or rolled it back (consider noticed).
+	recheck map[string]bool
+	ops     map[string]stamp // newest operator action known, per key (survives a Redis restart)
+	gen     string           // Redis generation seen last ("" before the first contact)
+	down    bool             // an outage was logged and has not ended
+	downLog downLog          // what the outage's last warning said, and when (down.go)
+	freshAt time.Time        // last (re)connection or new Redis generation
+	started bool
 
 	// clamps holds the clamped end of the last remote cooling clamped,
 	// per key (clamp).
@@ -175,6 +181,8 @@ func New(cfg Config, tr Tracker, log zerolog.Logger) (*Cluster, error) {
 		writing:     map[string]bool{},
 		held:        map[string]record{},
 		seen:        map[string]int64{},
+		sums:        map[string]uint64{},
+		recheck:     map[string]bool{},
 		ops:         map[string]stamp{},
 		clamps:      map[string]clampNote{},
 	}
@@ -362,7 +370,16 @@ func (c *Cluster) renew(lk string, stop <-chan struct{}) {
 // A record is never skipped for carrying this process's token: a put-back
 // merge keeps the token of the state it kept, with other content, and a
 // record this instance wrote must apply when its local state went astray.
-func (c *Cluster) consider(rec record, force bool) {
+// A record with the version seen but other content, or a message older
+// than the version seen, means Redis lost or rolled back the record: the
+// sync loop re-reads it at once and puts it back (reconcileKeys), at a
+// version above every one seen, so that every instance applies the result.
+func (c *Cluster) consider(rec record, force bool) { c.considerFrom(rec, force, false) }
+
+// considerFrom is consider; msg marks a message from the subscription,
+// which arrives in Redis's order (an older version than seen there is no
+// late write result: Redis's version went back).
+func (c *Cluster) considerFrom(rec record, force, msg bool) {
 	c.applyMu.Lock()
 	defer c.applyMu.Unlock()
 	c.mu.Lock()
@@ -380,11 +397,25 @@ func (c *Cluster) consider(rec record, force bool) {
 	// applying it then left the tracker on a stale state for good (every
 	// later read of the newest version counted as seen).
 	_, waiting := c.pending[rec.Key]
-	if seen := c.seen[rec.Key]; waiting || rec.V < seen || !force && rec.V == seen {
+	seen := c.seen[rec.Key]
+	if waiting {
 		c.mu.Unlock()
 		return
 	}
-	c.seen[rec.Key] = max(c.seen[rec.Key], rec.V)
+	sum := rec.sum()
+	if rec.V < seen || !force && rec.V == seen {
+		sum0, known := c.sums[rec.Key]
+		again := rec.V == seen && known && sum != sum0 || msg && rec.V < seen
+		if again {
+			c.recheck[rec.Key] = true
+		}
+		c.mu.Unlock()
+		if again {
+			c.wake()
+		}
+		return
+	}
+	c.seen[rec.Key], c.sums[rec.Key] = rec.V, sum
 	c.mu.Unlock()
 	rs, ok := rec.remote()
 	if !ok {
@@ -462,7 +493,7 @@ func (c *Cluster) subscribe() {
 				c.log.Warn().Err(err).Msg("fleet: undecodable record ignored")
 				continue
 			}
-			c.consider(rec, false)
+			c.considerFrom(rec, false, true)
 		}
 	}
 }
@@ -486,6 +517,7 @@ func (c *Cluster) syncLoop() {
 		}
 		c.flush()
 		c.flushSessions()
+		c.recheckDue()
 	}
 	tick()
 	for {
@@ -496,6 +528,7 @@ func (c *Cluster) syncLoop() {
 			if c.connected.Load() {
 				c.flush()
 				c.flushSessions()
+				c.recheckDue()
 			}
 		case <-tk.C:
 			tick()
@@ -526,7 +559,7 @@ func (c *Cluster) check() bool {
 	lost := c.gen != "" && gen != c.gen
 	wasDown := c.down
 	if gen != c.gen {
-		c.seen = map[string]int64{}
+		c.seen, c.sums = map[string]int64{}, map[string]uint64{}
 		c.gen = gen
 	}
 	if fresh {
@@ -620,9 +653,13 @@ func (c *Cluster) write(rs health.RemoteState) error {
 	if err != nil {
 		return nil // cannot happen: plain fields
 	}
+	c.mu.Lock()
+	minv := c.seen[rs.Key]
+	c.mu.Unlock()
 	ctx, cancel := context.WithTimeout(c.ctx, opTimeout)
 	defer cancel()
-	res, err := writeScript.Run(ctx, c.rdb, []string{c.recPrefix + rs.Key, c.channel}, string(b), c.cfg.History, c.cfg.MaxClockSkew.Milliseconds()).Slice()
+	res, err := writeScript.Run(ctx, c.rdb, []string{c.recPrefix + rs.Key, c.channel}, string(b), c.cfg.History,
+		c.cfg.MaxClockSkew.Milliseconds(), minv).Slice()
 	if err != nil {
 		return err
 	}
@@ -646,7 +683,9 @@ func (c *Cluster) write(rs health.RemoteState) error {
 // applied notes rec, the result of this instance's write that won.
 func (c *Cluster) applied(rec record) {
 	c.mu.Lock()
-	c.seen[rec.Key] = max(c.seen[rec.Key], rec.V)
+	if rec.V >= c.seen[rec.Key] {
+		c.seen[rec.Key], c.sums[rec.Key] = rec.V, rec.sum()
+	}
 	c.noteOp(rec)
 	c.mu.Unlock()
 	// The shared history now holds this transition among the others':
@@ -656,21 +695,46 @@ func (c *Cluster) applied(rec record) {
 	}
 }
 
-// reconcile reads the shared record of every local upstream and applies
-// the ones newer than what this instance has seen. A record Redis lacks,
-// or holds with a version older than one seen (a Redis restored from an
-// older snapshot), is put back from what this instance knows (seed); with
-// all (Redis restarted empty) every record is, so that an operator's
-// disable is not lost to a state another instance wrote first into the
-// empty Redis.
+// reconcile reads the shared record of every local upstream (reconcileKeys).
 func (c *Cluster) reconcile(all bool) {
 	rs := c.tr.Records()
+	keys := make([]string, len(rs))
+	for i, r := range rs {
+		keys[i] = r.Key()
+	}
+	c.reconcileKeys(keys, all)
+}
+
+// recheckDue re-reads the records consider found lost or rolled back.
+func (c *Cluster) recheckDue() {
+	c.mu.Lock()
+	keys := make([]string, 0, len(c.recheck))
+	for k := range c.recheck {
+		keys = append(keys, k)
+	}
+	c.recheck = map[string]bool{}
+	c.mu.Unlock()
+	if len(keys) > 0 {
+		c.reconcileKeys(keys, false)
+	}
+}
+
+// reconcileKeys reads the shared records of keys and applies the ones
+// newer than what this instance has seen. A record Redis lacks, or holds
+// with a version older than one seen (a Redis restored from an older
+// snapshot) or with the version seen and other content (a transition
+// written over a lost or rolled-back record by an instance that had not
+// seen the newer one), is put back from what this instance knows (seed),
+// above the version seen; with all (Redis restarted empty) every record
+// is, so that an operator's disable is not lost to a state another
+// instance wrote first into the empty Redis.
+func (c *Cluster) reconcileKeys(all []string, everyRecord bool) {
 	const chunk = 500
-	for i := 0; i < len(rs); i += chunk {
-		part := rs[i:min(i+chunk, len(rs))]
+	for i := 0; i < len(all); i += chunk {
+		part := all[i:min(i+chunk, len(all))]
 		keys := make([]string, len(part))
-		for j, r := range part {
-			keys[j] = c.recPrefix + r.Key()
+		for j, k := range part {
+			keys[j] = c.recPrefix + k
 		}
 		ctx, cancel := context.WithTimeout(c.ctx, opTimeout)
 		vals, err := c.rdb.MGet(ctx, keys...).Result()
@@ -681,7 +745,7 @@ func (c *Cluster) reconcile(all bool) {
 		}
 		var lost []seedItem
 		for j, v := range vals {
-			key := part[j].Key()
+			key := part[j]
 			s, ok := v.(string)
 			if !ok {
 				lost = append(lost, seedItem{key: key})
@@ -692,9 +756,10 @@ func (c *Cluster) reconcile(all bool) {
 				continue
 			}
 			c.mu.Lock()
-			back := rec.V < c.seen[key]
+			sum, known := c.sums[key]
+			back := rec.V < c.seen[key] || rec.V == c.seen[key] && known && rec.sum() != sum
 			c.mu.Unlock()
-			if all || back {
+			if everyRecord || back {
 				lost = append(lost, seedItem{key: key, stored: &rec})
 				continue
 			}
