@@ -124,6 +124,14 @@ type Cluster struct {
 	// clamps holds the clamped end of the last remote cooling clamped,
 	// per key (clamp).
 	clamps map[string]clampNote
+
+	// credMu guards creds and credWarned.
+	credMu sync.Mutex
+	// creds holds the fingerprint of this instance's credentials per
+	// upstream key (SetCredentials); never a password.
+	creds map[string]string
+	// credWarned marks the keys whose credential disagreement was logged.
+	credWarned map[string]bool
 }
 
 var (
@@ -185,12 +193,64 @@ func New(cfg Config, tr Tracker, log zerolog.Logger) (*Cluster, error) {
 		recheck:     map[string]bool{},
 		ops:         map[string]stamp{},
 		clamps:      map[string]clampNote{},
+		creds:       map[string]string{},
+		credWarned:  map[string]bool{},
 	}
 	opt.Dialer = c.recordDial(redis.NewDialer(opt))
 	c.rdb = redis.NewClient(opt)
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	return c, nil
 }
+
+// SetCredentials tells the cluster the password this instance uses for
+// each upstream (by identity key; "" for none), replacing what it was told
+// before. Only a keyed fingerprint of each is kept (fingerprint): an
+// auth_rejected failure is shared with it, and applies only on the
+// instances whose fingerprint is the same (a stale password on one
+// instance does not cool the upstream for the fleet).
+func (c *Cluster) SetCredentials(passwords map[string]string) {
+	fp := make(map[string]string, len(passwords))
+	for k, pw := range passwords {
+		fp[k] = fingerprint(k, pw)
+	}
+	c.credMu.Lock()
+	c.creds = fp
+	c.credMu.Unlock()
+}
+
+// credOf returns this instance's credential fingerprint for key ("":
+// unknown).
+func (c *Cluster) credOf(key string) string {
+	c.credMu.Lock()
+	defer c.credMu.Unlock()
+	return c.creds[key]
+}
+
+// foreignCred reports whether rec is a credential failure (credFailure)
+// written with other credentials than this instance's for the upstream:
+// this instance keeps its own state. The first one per upstream is logged
+// (never a password or a fingerprint).
+func (c *Cluster) foreignCred(rec record) bool {
+	if rec.Cred == "" || !credFailure(rec) {
+		return false
+	}
+	c.credMu.Lock()
+	mine := c.creds[rec.Key]
+	foreign := mine != "" && mine != rec.Cred
+	warn := foreign && !c.credWarned[rec.Key]
+	if warn {
+		c.credWarned[rec.Key] = true
+	}
+	c.credMu.Unlock()
+	if warn {
+		c.log.Warn().Str("upstream_key", rec.Key).Str("other", rec.Inst).
+			Msg(credMsg)
+	}
+	return foreign
+}
+
+// credMsg is the warning about instances using other credentials.
+const credMsg = "fleet: instances disagree on this upstream's credentials; another instance's auth_rejected is not applied here"
 
 // Instance returns this instance's name.
 func (c *Cluster) Instance() string { return c.cfg.Instance }
@@ -317,7 +377,7 @@ func (c *Cluster) TryProbe(key string) (func(), bool) {
 	}
 	raw, err := c.rdb.Get(ctx, c.recPrefix+key).Result()
 	if err == nil {
-		if rec, derr := decodeRecord(raw); derr == nil && c.settled(rec, time.Now()) {
+		if rec, derr := decodeRecord(raw); derr == nil && !c.foreignCred(rec) && c.settled(rec, time.Now()) {
 			_, _ = releaseScript.Run(ctx, c.rdb, []string{lk}, c.tok).Result()
 			c.consider(rec, true)
 			return nil, false
@@ -419,6 +479,12 @@ func (c *Cluster) considerFrom(rec record, force, msg bool) {
 	c.mu.Unlock()
 	rs, ok := rec.remote()
 	if !ok {
+		return
+	}
+	if c.foreignCred(rec) {
+		// Another instance's credentials were rejected: this one keeps
+		// its state, and lists the failure in the shared history.
+		c.tr.SetHistory(rec.Key, rs.History, c.cfg.History)
 		return
 	}
 	rs = c.clamp(rs)
@@ -640,6 +706,9 @@ func (c *Cluster) requeue(key string, q []health.RemoteState) {
 // newer, it is applied locally instead.
 func (c *Cluster) write(rs health.RemoteState) error {
 	nr := newRecord(rs, c.cfg.Instance, c.tok)
+	if credFailure(nr) {
+		nr.Cred = c.credOf(rs.Key)
+	}
 	if nr.OpAt == 0 {
 		// An automatic transition carries the newest operator action
 		// this instance knows, so that a store that lost it (restored

@@ -1,6 +1,9 @@
 package cluster
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"hash/fnv"
 	"time"
@@ -33,7 +36,30 @@ type record struct {
 	// until a newer one (writeScript).
 	OpAt   int64  `json:"opat,omitempty"`
 	OpInst string `json:"opinst,omitempty"`
-	Hist   []hist `json:"hist,omitempty"`
+	// Cred is the writer's credential fingerprint (fingerprint) on a
+	// failure that depends on the credentials (credFailure): instances
+	// using other credentials for the upstream keep their own state.
+	Cred string `json:"cred,omitempty"`
+	Hist []hist `json:"hist,omitempty"`
+}
+
+// fingerprint tells an upstream's credentials apart across instances
+// without showing them: HMAC-SHA256 of the password keyed with the
+// upstream's identity, truncated to 8 bytes (hex). Keyed, so equal
+// passwords of two upstreams differ and no table of unkeyed hashes of
+// common passwords applies.
+func fingerprint(identity, password string) string {
+	m := hmac.New(sha256.New, []byte(identity))
+	_, _ = m.Write([]byte(password))
+	return hex.EncodeToString(m.Sum(nil)[:8])
+}
+
+// credFailure reports whether rec is a failure that depends on the
+// credentials the writer used: an auth_rejected cooling or automatic
+// disable (a proxy_auth failure, or a probe the proxy refused so).
+func credFailure(rec record) bool {
+	return rec.Reason == health.AuthRejected.String() && rec.Stage != health.StageOperator.String() &&
+		(rec.State == health.Cooling.String() || rec.State == health.Disabled.String())
 }
 
 // hist is one shared history entry.

@@ -99,7 +99,11 @@ func (c *Cluster) seed(items []seedItem) error {
 			}
 			continue
 		}
-		recs = append(recs, seedRecord(rs, c.cfg.Instance, c.tok, op))
+		r := seedRecord(rs, c.cfg.Instance, c.tok, op)
+		if r.Inst == c.cfg.Instance && credFailure(r) {
+			r.Cred = c.credOf(it.key) // this instance's failure: its credentials
+		}
+		recs = append(recs, r)
 		// The record goes back above every version seen (writeScript's
 		// ARGV[4]), so that the other instances apply it.
 		minv = append(minv, seen)
