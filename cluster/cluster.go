@@ -119,6 +119,7 @@ type Cluster struct {
 	down    bool             // an outage was logged and has not ended
 	downLog downLog          // what the outage's last warning said, and when (down.go)
 	freshAt time.Time        // last (re)connection or new Redis generation
+	joined  bool             // Redis answered once since this process started
 	started bool
 
 	// clamps holds the clamped end of the last remote cooling clamped,
@@ -624,6 +625,8 @@ func (c *Cluster) check() bool {
 	// was flushed, and every record this instance knows is put back.
 	lost := c.gen != "" && gen != c.gen
 	wasDown := c.down
+	first := !c.joined
+	c.joined = true
 	if gen != c.gen {
 		c.seen, c.sums = map[string]int64{}, map[string]uint64{}
 		c.gen = gen
@@ -635,7 +638,11 @@ func (c *Cluster) check() bool {
 	c.mu.Unlock()
 	c.connected.Store(true)
 	if fresh {
-		if wasDown {
+		switch {
+		case wasDown && first:
+			// Started during an outage: no return, a first contact.
+			c.log.Info().Msg("redis reachable: joining the fleet view")
+		case wasDown:
 			c.log.Info().Msg("redis reachable again: reconciling the fleet view")
 		}
 		if lost {
