@@ -108,16 +108,31 @@ type Cluster struct {
 	held     map[string]record
 	releases []string         // lease keys to release once pending is written
 	seen     map[string]int64 // newest record version applied or written, per key
-	ops      map[string]stamp // newest operator action known, per key (survives a Redis restart)
-	gen      string           // Redis generation seen last ("" before the first contact)
-	down     bool             // an outage was logged and has not ended
-	downLog  downLog          // what the outage's last warning said, and when (down.go)
-	freshAt  time.Time        // last (re)connection or new Redis generation
-	started  bool
+	// sums holds the content (record.sum) of the version seen, per key: the
+	// same version with other content is a record Redis lost or rolled back.
+	sums map[string]uint64
+	// recheck holds the keys whose record the sync loop is to re-read and
+	// put back when Redis lost or rolled it back (consider noticed).
+	recheck map[string]bool
+	ops     map[string]stamp // newest operator action known, per key (survives a Redis restart)
+	gen     string           // Redis generation seen last ("" before the first contact)
+	down    bool             // an outage was logged and has not ended
+	downLog downLog          // what the outage's last warning said, and when (down.go)
+	freshAt time.Time        // last (re)connection or new Redis generation
+	joined  bool             // Redis answered once since this process started
+	started bool
 
 	// clamps holds the clamped end of the last remote cooling clamped,
 	// per key (clamp).
 	clamps map[string]clampNote
+
+	// credMu guards creds and credWarned.
+	credMu sync.Mutex
+	// creds holds the fingerprint of this instance's credentials per
+	// upstream key (SetCredentials); never a password.
+	creds map[string]string
+	// credWarned marks the keys whose credential disagreement was logged.
+	credWarned map[string]bool
 }
 
 var (
@@ -175,14 +190,68 @@ func New(cfg Config, tr Tracker, log zerolog.Logger) (*Cluster, error) {
 		writing:     map[string]bool{},
 		held:        map[string]record{},
 		seen:        map[string]int64{},
+		sums:        map[string]uint64{},
+		recheck:     map[string]bool{},
 		ops:         map[string]stamp{},
 		clamps:      map[string]clampNote{},
+		creds:       map[string]string{},
+		credWarned:  map[string]bool{},
 	}
 	opt.Dialer = c.recordDial(redis.NewDialer(opt))
 	c.rdb = redis.NewClient(opt)
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	return c, nil
 }
+
+// SetCredentials tells the cluster the password this instance uses for
+// each upstream (by identity key; "" for none), replacing what it was told
+// before. Only a keyed fingerprint of each is kept (fingerprint): an
+// auth_rejected failure is shared with it, and applies only on the
+// instances whose fingerprint is the same (a stale password on one
+// instance does not cool the upstream for the fleet).
+func (c *Cluster) SetCredentials(passwords map[string]string) {
+	fp := make(map[string]string, len(passwords))
+	for k, pw := range passwords {
+		fp[k] = fingerprint(k, pw)
+	}
+	c.credMu.Lock()
+	c.creds = fp
+	c.credMu.Unlock()
+}
+
+// credOf returns this instance's credential fingerprint for key ("":
+// unknown).
+func (c *Cluster) credOf(key string) string {
+	c.credMu.Lock()
+	defer c.credMu.Unlock()
+	return c.creds[key]
+}
+
+// foreignCred reports whether rec is a credential failure (credFailure)
+// written with other credentials than this instance's for the upstream:
+// this instance keeps its own state. The first one per upstream is logged
+// (never a password or a fingerprint).
+func (c *Cluster) foreignCred(rec record) bool {
+	if rec.Cred == "" || !credFailure(rec) {
+		return false
+	}
+	c.credMu.Lock()
+	mine := c.creds[rec.Key]
+	foreign := mine != "" && mine != rec.Cred
+	warn := foreign && !c.credWarned[rec.Key]
+	if warn {
+		c.credWarned[rec.Key] = true
+	}
+	c.credMu.Unlock()
+	if warn {
+		c.log.Warn().Str("upstream_key", rec.Key).Str("other", rec.Inst).
+			Msg(credMsg)
+	}
+	return foreign
+}
+
+// credMsg is the warning about instances using other credentials.
+const credMsg = "fleet: instances disagree on this upstream's credentials; another instance's auth_rejected is not applied here"
 
 // Instance returns this instance's name.
 func (c *Cluster) Instance() string { return c.cfg.Instance }
@@ -309,7 +378,7 @@ func (c *Cluster) TryProbe(key string) (func(), bool) {
 	}
 	raw, err := c.rdb.Get(ctx, c.recPrefix+key).Result()
 	if err == nil {
-		if rec, derr := decodeRecord(raw); derr == nil && c.settled(rec, time.Now()) {
+		if rec, derr := decodeRecord(raw); derr == nil && !c.foreignCred(rec) && c.settled(rec, time.Now()) {
 			_, _ = releaseScript.Run(ctx, c.rdb, []string{lk}, c.tok).Result()
 			c.consider(rec, true)
 			return nil, false
@@ -362,7 +431,16 @@ func (c *Cluster) renew(lk string, stop <-chan struct{}) {
 // A record is never skipped for carrying this process's token: a put-back
 // merge keeps the token of the state it kept, with other content, and a
 // record this instance wrote must apply when its local state went astray.
-func (c *Cluster) consider(rec record, force bool) {
+// A record with the version seen but other content, or a message older
+// than the version seen, means Redis lost or rolled back the record: the
+// sync loop re-reads it at once and puts it back (reconcileKeys), at a
+// version above every one seen, so that every instance applies the result.
+func (c *Cluster) consider(rec record, force bool) { c.considerFrom(rec, force, false) }
+
+// considerFrom is consider; msg marks a message from the subscription,
+// which arrives in Redis's order (an older version than seen there is no
+// late write result: Redis's version went back).
+func (c *Cluster) considerFrom(rec record, force, msg bool) {
 	c.applyMu.Lock()
 	defer c.applyMu.Unlock()
 	c.mu.Lock()
@@ -380,14 +458,34 @@ func (c *Cluster) consider(rec record, force bool) {
 	// applying it then left the tracker on a stale state for good (every
 	// later read of the newest version counted as seen).
 	_, waiting := c.pending[rec.Key]
-	if seen := c.seen[rec.Key]; waiting || rec.V < seen || !force && rec.V == seen {
+	seen := c.seen[rec.Key]
+	if waiting {
 		c.mu.Unlock()
 		return
 	}
-	c.seen[rec.Key] = max(c.seen[rec.Key], rec.V)
+	sum := rec.sum()
+	if rec.V < seen || !force && rec.V == seen {
+		sum0, known := c.sums[rec.Key]
+		again := rec.V == seen && known && sum != sum0 || msg && rec.V < seen
+		if again {
+			c.recheck[rec.Key] = true
+		}
+		c.mu.Unlock()
+		if again {
+			c.wake()
+		}
+		return
+	}
+	c.seen[rec.Key], c.sums[rec.Key] = rec.V, sum
 	c.mu.Unlock()
 	rs, ok := rec.remote()
 	if !ok {
+		return
+	}
+	if c.foreignCred(rec) {
+		// Another instance's credentials were rejected: this one keeps
+		// its state, and lists the failure in the shared history.
+		c.tr.SetHistory(rec.Key, rs.History, c.cfg.History)
 		return
 	}
 	rs = c.clamp(rs)
@@ -462,7 +560,7 @@ func (c *Cluster) subscribe() {
 				c.log.Warn().Err(err).Msg("fleet: undecodable record ignored")
 				continue
 			}
-			c.consider(rec, false)
+			c.considerFrom(rec, false, true)
 		}
 	}
 }
@@ -489,6 +587,7 @@ func (c *Cluster) syncLoop() {
 			c.pool.RefreshSessions() // sessions held here keep their shared TTL
 		}
 		c.flushSessions()
+		c.recheckDue()
 	}
 	tick()
 	for {
@@ -499,6 +598,7 @@ func (c *Cluster) syncLoop() {
 			if c.connected.Load() {
 				c.flush()
 				c.flushSessions()
+				c.recheckDue()
 			}
 		case <-tk.C:
 			tick()
@@ -528,8 +628,10 @@ func (c *Cluster) check() bool {
 	// was flushed, and every record this instance knows is put back.
 	lost := c.gen != "" && gen != c.gen
 	wasDown := c.down
+	first := !c.joined
+	c.joined = true
 	if gen != c.gen {
-		c.seen = map[string]int64{}
+		c.seen, c.sums = map[string]int64{}, map[string]uint64{}
 		c.gen = gen
 	}
 	if fresh {
@@ -539,7 +641,11 @@ func (c *Cluster) check() bool {
 	c.mu.Unlock()
 	c.connected.Store(true)
 	if fresh {
-		if wasDown {
+		switch {
+		case wasDown && first:
+			// Started during an outage: no return, a first contact.
+			c.log.Info().Msg("redis reachable: joining the fleet view")
+		case wasDown:
 			c.log.Info().Msg("redis reachable again: reconciling the fleet view")
 		}
 		if lost {
@@ -610,6 +716,9 @@ func (c *Cluster) requeue(key string, q []health.RemoteState) {
 // newer, it is applied locally instead.
 func (c *Cluster) write(rs health.RemoteState) error {
 	nr := newRecord(rs, c.cfg.Instance, c.tok)
+	if credFailure(nr) {
+		nr.Cred = c.credOf(rs.Key)
+	}
 	if nr.OpAt == 0 {
 		// An automatic transition carries the newest operator action
 		// this instance knows, so that a store that lost it (restored
@@ -623,9 +732,13 @@ func (c *Cluster) write(rs health.RemoteState) error {
 	if err != nil {
 		return nil // cannot happen: plain fields
 	}
+	c.mu.Lock()
+	minv := c.seen[rs.Key]
+	c.mu.Unlock()
 	ctx, cancel := context.WithTimeout(c.ctx, opTimeout)
 	defer cancel()
-	res, err := writeScript.Run(ctx, c.rdb, []string{c.recPrefix + rs.Key, c.channel}, string(b), c.cfg.History, c.cfg.MaxClockSkew.Milliseconds()).Slice()
+	res, err := writeScript.Run(ctx, c.rdb, []string{c.recPrefix + rs.Key, c.channel}, string(b), c.cfg.History,
+		c.cfg.MaxClockSkew.Milliseconds(), minv).Slice()
 	if err != nil {
 		return err
 	}
@@ -649,7 +762,9 @@ func (c *Cluster) write(rs health.RemoteState) error {
 // applied notes rec, the result of this instance's write that won.
 func (c *Cluster) applied(rec record) {
 	c.mu.Lock()
-	c.seen[rec.Key] = max(c.seen[rec.Key], rec.V)
+	if rec.V >= c.seen[rec.Key] {
+		c.seen[rec.Key], c.sums[rec.Key] = rec.V, rec.sum()
+	}
 	c.noteOp(rec)
 	c.mu.Unlock()
 	// The shared history now holds this transition among the others':
@@ -659,21 +774,46 @@ func (c *Cluster) applied(rec record) {
 	}
 }
 
-// reconcile reads the shared record of every local upstream and applies
-// the ones newer than what this instance has seen. A record Redis lacks,
-// or holds with a version older than one seen (a Redis restored from an
-// older snapshot), is put back from what this instance knows (seed); with
-// all (Redis restarted empty) every record is, so that an operator's
-// disable is not lost to a state another instance wrote first into the
-// empty Redis.
+// reconcile reads the shared record of every local upstream (reconcileKeys).
 func (c *Cluster) reconcile(all bool) {
 	rs := c.tr.Records()
+	keys := make([]string, len(rs))
+	for i, r := range rs {
+		keys[i] = r.Key()
+	}
+	c.reconcileKeys(keys, all)
+}
+
+// recheckDue re-reads the records consider found lost or rolled back.
+func (c *Cluster) recheckDue() {
+	c.mu.Lock()
+	keys := make([]string, 0, len(c.recheck))
+	for k := range c.recheck {
+		keys = append(keys, k)
+	}
+	c.recheck = map[string]bool{}
+	c.mu.Unlock()
+	if len(keys) > 0 {
+		c.reconcileKeys(keys, false)
+	}
+}
+
+// reconcileKeys reads the shared records of keys and applies the ones
+// newer than what this instance has seen. A record Redis lacks, or holds
+// with a version older than one seen (a Redis restored from an older
+// snapshot) or with the version seen and other content (a transition
+// written over a lost or rolled-back record by an instance that had not
+// seen the newer one), is put back from what this instance knows (seed),
+// above the version seen; with all (Redis restarted empty) every record
+// is, so that an operator's disable is not lost to a state another
+// instance wrote first into the empty Redis.
+func (c *Cluster) reconcileKeys(all []string, everyRecord bool) {
 	const chunk = 500
-	for i := 0; i < len(rs); i += chunk {
-		part := rs[i:min(i+chunk, len(rs))]
+	for i := 0; i < len(all); i += chunk {
+		part := all[i:min(i+chunk, len(all))]
 		keys := make([]string, len(part))
-		for j, r := range part {
-			keys[j] = c.recPrefix + r.Key()
+		for j, k := range part {
+			keys[j] = c.recPrefix + k
 		}
 		ctx, cancel := context.WithTimeout(c.ctx, opTimeout)
 		vals, err := c.rdb.MGet(ctx, keys...).Result()
@@ -684,7 +824,7 @@ func (c *Cluster) reconcile(all bool) {
 		}
 		var lost []seedItem
 		for j, v := range vals {
-			key := part[j].Key()
+			key := part[j]
 			s, ok := v.(string)
 			if !ok {
 				lost = append(lost, seedItem{key: key})
@@ -695,9 +835,10 @@ func (c *Cluster) reconcile(all bool) {
 				continue
 			}
 			c.mu.Lock()
-			back := rec.V < c.seen[key]
+			sum, known := c.sums[key]
+			back := rec.V < c.seen[key] || rec.V == c.seen[key] && known && rec.sum() != sum
 			c.mu.Unlock()
-			if all || back {
+			if everyRecord || back {
 				lost = append(lost, seedItem{key: key, stored: &rec})
 				continue
 			}

@@ -1,7 +1,11 @@
 package cluster
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
+	"hash/fnv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -32,7 +36,30 @@ type record struct {
 	// until a newer one (writeScript).
 	OpAt   int64  `json:"opat,omitempty"`
 	OpInst string `json:"opinst,omitempty"`
-	Hist   []hist `json:"hist,omitempty"`
+	// Cred is the writer's credential fingerprint (fingerprint) on a
+	// failure that depends on the credentials (credFailure): instances
+	// using other credentials for the upstream keep their own state.
+	Cred string `json:"cred,omitempty"`
+	Hist []hist `json:"hist,omitempty"`
+}
+
+// fingerprint tells an upstream's credentials apart across instances
+// without showing them: HMAC-SHA256 of the password keyed with the
+// upstream's identity, truncated to 8 bytes (hex). Keyed, so equal
+// passwords of two upstreams differ and no table of unkeyed hashes of
+// common passwords applies.
+func fingerprint(identity, password string) string {
+	m := hmac.New(sha256.New, []byte(identity))
+	_, _ = m.Write([]byte(password))
+	return hex.EncodeToString(m.Sum(nil)[:8])
+}
+
+// credFailure reports whether rec is a failure that depends on the
+// credentials the writer used: an auth_rejected cooling or automatic
+// disable (a proxy_auth failure, or a probe the proxy refused so).
+func credFailure(rec record) bool {
+	return rec.Reason == health.AuthRejected.String() && rec.Stage != health.StageOperator.String() &&
+		(rec.State == health.Cooling.String() || rec.State == health.Disabled.String())
 }
 
 // hist is one shared history entry.
@@ -113,6 +140,17 @@ func (r record) remote() (rs health.RemoteState, ok bool) {
 // every instance: the instance that made the transition.
 func instanceSuffix(inst string) string { return " (instance " + inst + ")" }
 
+// sum is a digest of r's content but its version (FNV-1a of its JSON):
+// one version of a record holds one content, unless Redis lost or rolled
+// the record back and versions were written again over it.
+func (r record) sum() uint64 {
+	r.V = 0
+	b, _ := json.Marshal(r) // plain fields: cannot fail
+	h := fnv.New64a()
+	_, _ = h.Write(b)
+	return h.Sum64()
+}
+
 func decodeRecord(s string) (record, error) {
 	var r record
 	err := json.Unmarshal([]byte(s), &r)
@@ -122,8 +160,11 @@ func decodeRecord(s string) (record, error) {
 // writeScript is the compare-and-set of a shared record, atomic in Redis.
 // KEYS[1] is the record, KEYS[2] the channel; ARGV[1] the new record,
 // ARGV[2] the history bound, ARGV[3] the max clock skew in milliseconds
-// (a transition's time further ahead of Redis's clock is Redis's). The record's version increments on every
-// write and the result is published on KEYS[2] in the same atomic step.
+// (a transition's time further ahead of Redis's clock is Redis's), ARGV[4]
+// the newest version of the record the writer has seen. The record's
+// version goes above the stored one and ARGV[4] on every write (a version
+// never repeats with other content, even after a lost or rolled-back key)
+// and the result is published on KEYS[2] in the same atomic step.
 // Returns {1 if the new state was applied else 0, record}.
 //
 // Which state wins (every instance converges on the one Redis keeps):
@@ -161,6 +202,14 @@ return {applied, out}
 const recordLua = `
 local new = cjson.decode(ARGV[1])
 local hmax = tonumber(ARGV[2])
+-- ARGV[4]: the newest version of this record the writer has seen. The
+-- version written is above both it and the stored one, so that a version
+-- never comes back with other content: a key deleted or evicted (versions
+-- restarted at 1) or rolled back to an older copy reused versions the
+-- instances had already seen for the newer content, and they skipped the
+-- transition written over it.
+local minv = 0
+if ARGV[4] then minv = tonumber(ARGV[4]) or 0 end
 
 local function num(v) return tonumber(v) or 0 end
 local function str(v)
@@ -248,9 +297,9 @@ local function merge(seed)
       rec.opat, rec.opinst = cur.opat, cur.opinst
     end
     if type(cur.hist) == 'table' then hcur = cur.hist end
-    rec.v = num(cur.v)
+    rec.v = math.max(num(cur.v), minv)
   else
-    rec.v = 0
+    rec.v = minv
   end
   local h, known, added = {}, {}, 0
   for _, e in ipairs(hcur) do
@@ -299,7 +348,10 @@ local function merge(seed)
   rec.v = rec.v + 1
   local applied = 0
   if win then applied = 1 end
-  return rec, applied, win or opnewer or added > 0, raw
+  -- A stored version not above the writer's is a lost or rolled-back
+  -- record: a seed rewrites it, changed or not, at a version above.
+  local behind = cur ~= nil and num(cur.v) <= minv
+  return rec, applied, win or opnewer or added > 0 or behind, raw
 end
 `
 

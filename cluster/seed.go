@@ -80,20 +80,33 @@ type seedItem struct {
 // Redis holds for it is applied.
 func (c *Cluster) seed(items []seedItem) error {
 	recs := make([]record, 0, len(items))
+	minv := make([]int64, 0, len(items))
 	for _, it := range items {
 		c.mu.Lock()
 		op := c.ops[it.key]
-		// Redis's versions for key started over: forget the one seen.
-		delete(c.seen, it.key)
+		seen := c.seen[it.key]
 		c.mu.Unlock()
 		rs, ok := c.tr.Shared(it.key)
 		if !ok {
 			if it.stored != nil {
+				// Nothing to put back: take what Redis holds, whatever
+				// version this instance saw.
+				c.mu.Lock()
+				delete(c.seen, it.key)
+				delete(c.sums, it.key)
+				c.mu.Unlock()
 				c.consider(*it.stored, false)
 			}
 			continue
 		}
-		recs = append(recs, seedRecord(rs, c.cfg.Instance, c.tok, op))
+		r := seedRecord(rs, c.cfg.Instance, c.tok, op)
+		if r.Inst == c.cfg.Instance && credFailure(r) {
+			r.Cred = c.credOf(it.key) // this instance's failure: its credentials
+		}
+		recs = append(recs, r)
+		// The record goes back above every version seen (writeScript's
+		// ARGV[4]), so that the other instances apply it.
+		minv = append(minv, seen)
 	}
 	if len(recs) == 0 {
 		return nil
@@ -107,7 +120,7 @@ func (c *Cluster) seed(items []seedItem) error {
 	_, err := c.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, r := range recs {
 			b, _ := json.Marshal(r) // plain fields: cannot fail
-			cmds[i] = seedScript.EvalSha(ctx, p, []string{c.recPrefix + r.Key, c.channel}, string(b), c.cfg.History)
+			cmds[i] = seedScript.EvalSha(ctx, p, []string{c.recPrefix + r.Key, c.channel}, string(b), c.cfg.History, "", minv[i])
 		}
 		return nil
 	})
@@ -147,7 +160,10 @@ func (c *Cluster) seed(items []seedItem) error {
 // seed's state only if the seed wins strictly (writeScript's rules: an
 // operator's disable wins over an automatic state another instance wrote
 // meanwhile; a seed never wins a tie), and the seed's history entries it
-// lacks either way. Only a change is written and published. Returns
+// lacks either way. Only a change is written and published, or a stored
+// record whose version is not above ARGV[4] (the newest version the
+// instance has seen: a lost or rolled-back record), which goes back above
+// it. Returns
 // {1 if the seed's state was applied else 0, record}.
 var seedScript = redis.NewScript(recordLua + `
 local rec, applied, changed, raw = merge(true)

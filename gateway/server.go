@@ -250,6 +250,19 @@ func (s *Server) apply(cfg *Config, specs []upstream.Spec, lists map[string]int)
 	s.logApplied(cfg, added, removed, before)
 	s.logRenamed(old, s.pool.Endpoints())
 	s.listCounts = lists
+	if s.fleet != nil {
+		// auth_rejected failures are shared with a keyed fingerprint of
+		// the password, never the password (cluster.SetCredentials).
+		pw := make(map[string]string, len(specs))
+		for _, sp := range specs {
+			if sp.URL != nil && sp.URL.User != nil {
+				pw[upstream.Identity(sp.URL)], _ = sp.URL.User.Password()
+			} else if sp.URL != nil {
+				pw[upstream.Identity(sp.URL)] = ""
+			}
+		}
+		s.fleet.SetCredentials(pw)
+	}
 	s.pruneTransports(cfg)
 	s.auth.Store(newAuthenticator(cfg.Clients))
 	prev := s.cfg.Swap(cfg)

@@ -189,8 +189,8 @@ func (t *Tracker) Shared(key string) (rs RemoteState, ok bool) {
 // the record is already in (same Until when cooling) changes nothing but
 // the history. The history entry is bounded like a local one;
 // rs.History, when set, replaces the history. A record the config
-// disables is left alone, history included: the config has the last word
-// on disabled. An automatic transition (anything but an
+// disables keeps its state (the config has the last word on disabled) and
+// takes the history only. An automatic transition (anything but an
 // operator's disable or enable) never ends an operator's disable, local
 // or applied from the fleet, unless rs.OpAt shows the shared record knows
 // a newer operator action (an enable this instance missed): the fleet's
@@ -216,8 +216,13 @@ func (t *Tracker) ApplyRemote(key string, rs RemoteState) bool {
 	}
 	if r.configDisabled {
 		// The config has the last word on disabled: only the config
-		// changing (Add) enables the record, not the fleet's record.
+		// changing (Add) enables the record, not the fleet's record. The
+		// shared history is still merged (bug: it fell behind here).
+		if len(rs.History) > 0 {
+			r.hist.replace(keepLost(r.hist.list(), rs.History, rs.HistoryBound))
+		}
 		r.mu.Unlock()
+		t.version.Add(1)
 		return true
 	}
 	cur := State(r.state.Load())

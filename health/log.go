@@ -50,6 +50,11 @@ func (t *Tracker) logChange(c change) {
 		ev.Msg("upstream cooldown updated") // a peer's cooling over this one's
 	case c.tr.From == c.tr.To:
 		ev.Msg("upstream enable recorded, state unchanged") // enabledHere
+	case c.remote:
+		// Another instance's transition (its probe, its failure): the
+		// detail names it ("probe passed (instance a)"); this instance
+		// did not probe.
+		ev.Str("detail", c.tr.Detail).Msg("upstream state adopted from the fleet")
 	default:
 		ev.Msg("upstream state changed")
 	}

@@ -147,6 +147,9 @@ type change struct {
 	// restored marks a record given back its saved state (restoreState):
 	// logged as such, and no transition for the observer's metrics.
 	restored bool
+	// remote marks a transition another instance made, applied from the
+	// fleet (ApplyRemote): logged as adopted, not as this instance's own.
+	remote bool
 }
 
 // effects collects what a mutator must do once it has unlocked.
@@ -207,6 +210,7 @@ func (t *Tracker) postState(r *Record, c change, e *effects) {
 	if !e.remote && !c.restored && t.fleet.Load() != nil {
 		c.shared = sharedState(r, tr)
 	}
+	c.remote = e.remote
 	t.post(c, e)
 	if to == Eligible {
 		e.wake = true
