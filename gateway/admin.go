@@ -299,7 +299,13 @@ func (s *Server) serveList(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, l.page)
 }
 
+// serveOne answers GET /api/upstreams/{name}: the one record. It takes no
+// parameters (noParams): one given is a 400, as on the list.
 func (s *Server) serveOne(w http.ResponseWriter, r *http.Request, e *upstream.Endpoint) {
+	if err := noParams(r); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
 	writeJSON(w, http.StatusOK, s.record(e))
 }
 
