@@ -299,7 +299,13 @@ func (s *Server) serveList(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, l.page)
 }
 
+// serveOne answers GET /api/upstreams/{name}: the one record. It takes no
+// parameters (noParams): one given is a 400, as on the list.
 func (s *Server) serveOne(w http.ResponseWriter, r *http.Request, e *upstream.Endpoint) {
+	if err := noParams(r); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
 	writeJSON(w, http.StatusOK, s.record(e))
 }
 
@@ -353,13 +359,28 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
 // writeBodyError answers a body decodeBody refused: 413 for one over
 // maxReportBody (the client must send less, not something else; the
 // reader's own text, "http: request body too large", was given as a 400),
-// else 400. want says what the endpoint takes.
+// 408 for one that stopped coming before the server's read deadline
+// (listen.handshake_timeout: RFC 9110 §15.5.9; it was a 400 quoting
+// net's "read tcp 127.0.0.1:…->…: i/o timeout"), else 400. want says what
+// the endpoint takes. A read error of the connection is given without
+// the *net.OpError around it, whose text names both socket addresses.
 func writeBodyError(w http.ResponseWriter, err error, want string) {
-	if mb := (*http.MaxBytesError)(nil); errors.As(err, &mb) {
+	var mb *http.MaxBytesError
+	var ne net.Error
+	var oe *net.OpError
+	switch {
+	case errors.As(err, &mb):
 		writeError(w, http.StatusRequestEntityTooLarge, "body over "+strconv.FormatInt(mb.Limit, 10)+" bytes: want "+want)
-		return
+	case errors.As(err, &ne) && ne.Timeout():
+		// The connection cannot carry another request: its read
+		// deadline has passed.
+		w.Header().Set("Connection", "close")
+		writeError(w, http.StatusRequestTimeout, "the body did not arrive within listen.handshake_timeout: send the whole request at once; want "+want)
+	case errors.As(err, &oe) && oe.Err != nil:
+		writeError(w, http.StatusBadRequest, "invalid body: want "+want+": reading it failed: "+oe.Err.Error())
+	default:
+		writeError(w, http.StatusBadRequest, "invalid body: want "+want+": "+err.Error())
 	}
-	writeError(w, http.StatusBadRequest, "invalid body: want "+want+": "+err.Error())
 }
 
 // serveEnable moves a disabled or cooling upstream to probe_allowed: it

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -38,18 +39,48 @@ const listParams = "state, reason, tag, q, offset, limit"
 // url.ParseQuery cannot read (a bad escape as in "q=%zz", a ";" between
 // parameters), and what remains, often nothing, selected the whole pool.
 func listQueryOf(r *http.Request) (listQuery, error) {
+	v, err := queryValues(r)
+	if err != nil {
+		return listQuery{}, err
+	}
+	return parseListQuery(v)
+}
+
+// queryValues decodes r's query string, with an error that says what is
+// wrong with one that does not decode.
+func queryValues(r *http.Request) (url.Values, error) {
 	v, err := url.ParseQuery(r.URL.RawQuery)
 	if err != nil {
 		var esc url.EscapeError
 		switch {
 		case errors.As(err, &esc):
-			return listQuery{}, fmt.Errorf("query: invalid escape %s: a %% starts two hex digits (%%25 for %% itself)", quoteName(string(esc)))
+			return nil, fmt.Errorf("query: invalid escape %s: a %% starts two hex digits (%%25 for %% itself)", quoteName(string(esc)))
 		case strings.Contains(r.URL.RawQuery, ";"):
-			return listQuery{}, errors.New("query: parameters are separated by &, not ;")
+			return nil, errors.New("query: parameters are separated by &, not ;")
 		}
-		return listQuery{}, fmt.Errorf("query: %w", err)
+		return nil, fmt.Errorf("query: %w", err)
 	}
-	return parseListQuery(v)
+	return v, nil
+}
+
+// noParams refuses any parameter in r's query string: GET
+// /api/upstreams/{name} takes none, and a parameter there (a filter meant
+// for the list) must not be ignored without a word, as the list refuses
+// one it does not know.
+func noParams(r *http.Request) error {
+	v, err := queryValues(r)
+	if err != nil {
+		return err
+	}
+	if len(v) == 0 {
+		return nil
+	}
+	keys := make([]string, 0, len(v))
+	for k := range v {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return fmt.Errorf("unknown parameter %s (a single record takes none; the list /api/upstreams takes %s)", quoteName(keys[0]), listParams)
 }
 
 // parseListQuery reads a list request's parameters. A parameter may be

@@ -169,6 +169,12 @@ var connectReq = &http.Request{Method: http.MethodConnect}
 // an HTTP response. Peer text that goes into errors goes through PeerText
 // with secrets (the proxy password and Basic token), in case a broken
 // proxy echoes the request.
+//
+// A read that ends at a deadline (or a cancellation) in the middle of a
+// line is reported as that error, not as the parser's view of the
+// fragment: bufio's ReadLine hands back a partial line with no error, and
+// http.ReadResponse would call "HTTP/1" malformed. An answer trickling in
+// past the deadline is a timeout, as a silent proxy's is.
 func readConnectResponse(r io.Reader, secrets ...string) (over []byte, err error) {
 	return readConnectAnswer(r, func(s string) string { return PeerText(s, secrets...) })
 }
@@ -177,12 +183,16 @@ func readConnectResponse(r io.Reader, secrets ...string) (over []byte, err error
 // text that goes into errors: the dialer's (proxyDialer.peerText) hides
 // every secret rotor holds, whatever its length, before the cut.
 func readConnectAnswer(r io.Reader, peerText func(string) string) (over []byte, err error) {
-	lr := &io.LimitedReader{R: r, N: maxConnectResponseBytes}
+	mr := &readMemo{r: r}
+	lr := &io.LimitedReader{R: mr, N: maxConnectResponseBytes}
 	br := bufio.NewReaderSize(lr, 4096)
 	resp, err := http.ReadResponse(br, connectReq)
 	if err != nil {
 		if isTimeout(err) || IsCanceled(err) {
 			return nil, fmt.Errorf("reading CONNECT response: %w", err)
+		}
+		if cut := mr.cut(); cut != nil {
+			return nil, fmt.Errorf("reading CONNECT response: %w", cut)
 		}
 		if lr.N == 0 {
 			return nil, fmt.Errorf("%w: CONNECT response header over %d bytes", ErrMalformedReply, maxConnectResponseBytes)
@@ -201,6 +211,31 @@ func readConnectAnswer(r io.Reader, peerText func(string) string) (over []byte, 
 		over = append([]byte(nil), p...)
 	}
 	return over, nil
+}
+
+// readMemo passes reads through and remembers the last error one returned,
+// which a bufio.Reader above it may have swallowed (ReadLine returns a
+// partial line without its error).
+type readMemo struct {
+	r   io.Reader
+	err error
+}
+
+func (m *readMemo) Read(p []byte) (int, error) {
+	n, err := m.r.Read(p)
+	if err != nil {
+		m.err = err
+	}
+	return n, err
+}
+
+// cut returns the last read's error when it was a deadline or a
+// cancellation, else nil.
+func (m *readMemo) cut() error {
+	if m.err != nil && (isTimeout(m.err) || IsCanceled(m.err)) {
+		return m.err
+	}
+	return nil
 }
 
 // bufferedConn serves bytes the proxy sent right after its CONNECT answer
