@@ -627,12 +627,14 @@ func (t *Tracker) enableAs(r *Record, detail string, creds, byConfig bool) error
 		e.items = append(e.items, item{at: now, rec: r, epoch: r.epoch, kind: kindProbe})
 	}
 	if !r.removed && !byConfig {
-		// Per-host cooldowns the old credentials earned end with them, and
-		// an operator's enable ends every one of r's per-host cooldowns.
-		// Bug: after a password fix, or an enable, r stayed cooling for
-		// every host its proxy had answered 407 for, up to auth_rejected's
-		// max, while its probe through the same host passed.
-		t.endTargets(r, creds)
+		// Per-host auth_rejected cooldowns (a forwarded request's 407) end
+		// with the credentials that earned them, and at an operator's
+		// enable (the proxy's users may have been fixed). Bug: r stayed
+		// cooling for every host its proxy had answered 407 for, up to
+		// auth_rejected's max, while its probe through the same host
+		// passed. A target's own bans (403, 429) stay: enabling the
+		// upstream changes nothing of what the site thinks of it.
+		t.endTargets(r, true)
 	}
 	r.mu.Unlock()
 	t.apply(&e)

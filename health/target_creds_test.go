@@ -2,9 +2,9 @@ package health
 
 import "testing"
 
-// TestCredentialsChangeEndsHostAuthCooldowns: a password fix ends the
-// per-host auth_rejected cooldowns the old password earned, and an
-// operator's enable ends every per-host cooldown. Issue: a forwarded
+// TestCredentialsChangeEndsHostAuthCooldowns: a password fix, or an
+// operator's enable, ends the per-host auth_rejected cooldowns; a
+// target's own ban stays (TestTargetScopeWhileOut). Issue: a forwarded
 // request's 407 cooled an upstream for its host for 5 minutes; after the
 // password was fixed (and the probe through the same host passed), and
 // after POST /enable, every request to that host still got 503 "cooling
@@ -30,13 +30,17 @@ func TestCredentialsChangeEndsHostAuthCooldowns(t *testing.T) {
 	if !tr.AdmitTarget(r, "a.example:80") {
 		t.Errorf("a.example not admitted after the credentials change")
 	}
+	tr.Fail(r, &Failure{Class: AuthRejected, Stage: StageProxyAuth, Target: "c.example:80", Scope: ScopeTarget})
 	if err := tr.Enable(r); err != nil {
 		t.Fatal(err)
 	}
-	if tr.TargetCooling(r, "b.example:80") {
-		t.Errorf("after an operator's enable: still cooling for b.example")
+	if tr.TargetCooling(r, "c.example:80") {
+		t.Errorf("after an operator's enable: still cooling for c.example (auth_rejected)")
 	}
-	if n := len(tr.Snapshot(r).Targets); n != 0 {
-		t.Errorf("snapshot still lists %d per-host cooldowns", n)
+	if !tr.TargetCooling(r, "b.example:80") {
+		t.Errorf("after an operator's enable: the target_http_error ban of b.example ended")
+	}
+	if n := len(tr.Snapshot(r).Targets); n != 1 {
+		t.Errorf("snapshot lists %d per-host cooldowns, want 1 (b.example)", n)
 	}
 }
