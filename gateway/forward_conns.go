@@ -65,7 +65,7 @@ func (s *Server) transport(e *upstream.Endpoint, cfg *Config) http.RoundTripper 
 			// name is resolved once a minute, as for tunnels), TLS to an
 			// https:// proxy, errors with their class and stage.
 			c, _, _, err := e.DialForward(ctx)
-			return c, err
+			return guardNotHTTP(c), err // an answer that is not HTTP is the upstream's (notHTTPConn)
 		}
 	}
 	if e.MaxConns > 0 {

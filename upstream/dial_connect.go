@@ -172,6 +172,14 @@ var connectReq = &http.Request{Method: http.MethodConnect}
 func readConnectResponse(r io.Reader, secrets ...string) (over []byte, err error) {
 	lr := &io.LimitedReader{R: r, N: maxConnectResponseBytes}
 	br := bufio.NewReaderSize(lr, 4096)
+	// An answer that does not begin as HTTP does (a SOCKS5 server's 05 FF)
+	// is malformed at once: waiting for a line's end it never sends would
+	// pass for a proxy still reaching the target.
+	if _, err := br.Peek(1); err == nil {
+		if p, _ := br.Peek(min(br.Buffered(), len("HTTP/"))); !strings.HasPrefix("HTTP/", string(p)) {
+			return nil, fmt.Errorf("%w: CONNECT response is not HTTP: %s", ErrMalformedReply, PeerText(strconv.Quote(string(p)), secrets...))
+		}
+	}
 	resp, err := http.ReadResponse(br, connectReq)
 	if err != nil {
 		if isTimeout(err) || IsCanceled(err) {
