@@ -147,6 +147,10 @@ func (s *Server) clientBodyAnswer(w http.ResponseWriter, e *clientBodyError, idl
 	}
 	switch e.fault() {
 	case bodyStalled:
+		if errors.As(e.err, new(*bodyTooSlowError)) {
+			plainError(w, http.StatusRequestTimeout, "bad_request", "request body stalled: not all there within "+smallBodyWithin.String())
+			return
+		}
 		plainError(w, http.StatusRequestTimeout, "bad_request", "request body stalled: no bytes for "+idle.String())
 	case bodyGone:
 		plainError(w, http.StatusBadRequest, "bad_request", "the request body ended before its end")
@@ -154,6 +158,66 @@ func (s *Server) clientBodyAnswer(w http.ResponseWriter, e *clientBodyError, idl
 		plainError(w, http.StatusBadRequest, "bad_request", "malformed request body: "+e.err.Error())
 	}
 }
+
+// smallBodyWithin bounds the whole read of a small request body that
+// rotor buffers (readSmallBody), however steadily its bytes come: 64 KiB
+// (pool.retry_body_limit's default) at a byte per second would otherwise
+// hold a connection and a goroutine for 18 hours.
+const smallBodyWithin = 2 * time.Minute
+
+// bufferIdle is the longest silence allowed between the bytes of a small
+// body that is buffered: listen.handshake_timeout, or h1BodyIdle when that
+// is off.
+func bufferIdle(handshake time.Duration) time.Duration {
+	if handshake <= 0 {
+		return h1BodyIdle
+	}
+	return handshake
+}
+
+// readSmallBody reads body (up to limit bytes) for a request whose body is
+// small enough to buffer. Buffering it is still receiving the request: it
+// is bounded like the head, or a client that stalls its body would hold a
+// goroutine and a connection for as long as it likes. The bound is on the
+// silence between its bytes (idle: a client still sending is not cut,
+// however slow its link), and on the whole read (smallBodyWithin). A
+// stall is a timeout error (clientBodyError.fault: bodyStalled);
+// overrun, the whole-read bound, is an *bodyTooSlowError.
+func readSmallBody(w http.ResponseWriter, body io.Reader, limit int64, idle time.Duration) ([]byte, error) {
+	rc := http.NewResponseController(w)
+	end := time.Now().Add(smallBodyWithin)
+	var buf bytes.Buffer
+	lr := io.LimitReader(body, limit)
+	p := make([]byte, 4096)
+	for {
+		now := time.Now()
+		deadline := now.Add(idle)
+		if deadline.After(end) {
+			deadline = end
+		}
+		_ = rc.SetReadDeadline(deadline)
+		n, err := lr.Read(p)
+		buf.Write(p[:n])
+		switch {
+		case err == io.EOF:
+			_ = rc.SetReadDeadline(time.Time{}) // on error it stays: net/http drains the rest of the body after the 400
+			return buf.Bytes(), nil
+		case err != nil && !deadline.Before(end) && !time.Now().Before(end):
+			return nil, &bodyTooSlowError{err: err}
+		case err != nil:
+			return nil, err
+		}
+	}
+}
+
+// bodyTooSlowError is a small body that kept coming but was not all there
+// within smallBodyWithin: a timeout, told as such (clientBodyAnswer).
+type bodyTooSlowError struct{ err error }
+
+func (e *bodyTooSlowError) Error() string {
+	return "request body not all there within " + smallBodyWithin.String() + ": " + e.err.Error()
+}
+func (e *bodyTooSlowError) Unwrap() error { return e.err }
 
 // serveForward forwards one absolute-URI http:// request. Each request on a
 // kept-alive client connection is a new pick from the pool; upstream
@@ -188,21 +252,16 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 	var big *countingBody
 	if r.Body != nil && r.Body != http.NoBody {
 		if r.ContentLength >= 0 && r.ContentLength <= pcfg.RetryBodyLimit {
-			// Buffering a small body is still receiving the request: bound
-			// it like the headers, or a client that stalls its body holds
-			// a goroutine and a connection for as long as it likes.
-			rc := http.NewResponseController(w)
-			_ = rc.SetReadDeadline(time.Now().Add(cfg.Listen.HandshakeTimeout))
-			b, err := io.ReadAll(io.LimitReader(r.Body, pcfg.RetryBodyLimit+1))
+			idle := bufferIdle(cfg.Listen.HandshakeTimeout)
+			b, err := readSmallBody(w, r.Body, pcfg.RetryBodyLimit+1, idle)
 			if err != nil {
 				// The same answers and log line as a streamed body's
 				// (a stall here is the handshake timeout's).
 				ce := &clientBodyError{err: err}
-				s.clientBodyAnswer(w, ce, cfg.Listen.HandshakeTimeout)
+				s.clientBodyAnswer(w, ce, idle)
 				s.logForward(id, r, params.User, nil, nil, ce, 0, start)
 				return
 			}
-			_ = rc.SetReadDeadline(time.Time{}) // on error it stays: net/http drains the rest of the body after the 400
 			buffered = b
 		} else {
 			big = &countingBody{r: r.Body}
