@@ -691,14 +691,22 @@ func lastUpstream(err error) string {
 	return ""
 }
 
-// directSlowIsTarget scopes a slow_body failure of the direct upstream to
-// its target host: with no proxy in between a slow answer or a stalled
-// body can only be the target's, so it must not cool direct for every
-// host (with one direct upstream, one slow site would make the whole
-// gateway answer 503). Tunnels do the same (runTunnel). It returns err.
+// directSlowIsTarget makes a slow_body failure of the direct upstream the
+// target's: with no proxy in between a slow answer or a stalled body can
+// only be the target's, so it must not cool direct for every host (with
+// one direct upstream, one slow site would make the whole gateway answer
+// 503). No answer within slow_body.first_byte is the target timing out
+// (target_timeout at first_byte: a 504, as when two proxies in turn got
+// nothing from it, not a 502 slow_body); a body that stalled once the
+// answer began stays slow_body, scoped to the target host, as tunnels do
+// (runTunnel). It returns err.
 func directSlowIsTarget(e *upstream.Endpoint, err error) error {
 	var f *health.Failure
 	if errors.As(err, &f) && f.Class == health.SlowBody && e.Scheme() == "direct" {
+		if f.Stage == health.StageFirstByte {
+			f.Class = health.TargetTimeout
+			return err
+		}
 		f.Scope = health.ScopeTarget
 	}
 	return err
