@@ -319,6 +319,9 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 	// client gets when no other upstream does better.
 	var last *http.Response
 	var lastEP *upstream.Endpoint
+	// reported, lastReported: the failure a relayed answer (resp, last)
+	// was reported with (a target_http_error status), for its line.
+	var reported, lastReported *health.Failure
 	// cur is the endpoint of the latest attempt (nil before the first):
 	// a request that fails or whose client leaves after attempts names it
 	// in its line (logForward prefers the upstream an attempts error
@@ -328,7 +331,7 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 		if last != nil {
 			n, berr := s.relay(ctx, w, last, lastEP, strings.ToLower(addr), cfg.SlowBody.Stall, nil)
 			s.pool.Release(lastEP)
-			s.logForward(id, r, params.User, lastEP, att, berr, n, start)
+			s.logForward(id, r, params.User, lastEP, att, relayedFailure(berr, lastReported), n, start)
 			return
 		}
 		cf := explain(err)
@@ -426,26 +429,28 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 			}
 			continue
 		}
+		reported = nil
 		if slices.Contains(cfg.TargetHTTPError.Statuses, resp.StatusCode) {
 			att.Answered(e)
-			s.pool.Report(e, &health.Failure{Class: health.TargetHTTPError, Stage: health.StageHTTPStatus, Target: host,
-				Err: errors.New("target answered " + upstream.PeerText(resp.Status))})
+			reported = &health.Failure{Class: health.TargetHTTPError, Stage: health.StageHTTPStatus, Target: host,
+				Err: errors.New("target answered " + upstream.PeerText(resp.Status))}
+			s.pool.Report(e, reported)
 		} else {
 			att.Succeeded(e)
 		}
 		if last != nil {
 			last.Body.Close()
 			s.pool.Release(lastEP)
-			last, lastEP = nil, nil
+			last, lastEP, lastReported = nil, nil, nil
 		}
 		if slices.Contains(pcfg.RetryStatuses, resp.StatusCode) && idempotent(r.Method) && big == nil {
 			// Try another upstream; keep this answer in case none does better.
-			last, lastEP = resp, e
+			last, lastEP, lastReported = resp, e, reported
 			continue
 		}
 		n, berr := s.relay(ctx, w, resp, e, strings.ToLower(addr), cfg.SlowBody.Stall, big)
 		s.pool.Release(e)
-		s.logForward(id, r, params.User, e, att, berr, n, start)
+		s.logForward(id, r, params.User, e, att, relayedFailure(berr, reported), n, start)
 		return
 	}
 }
@@ -512,6 +517,37 @@ func forwardAddr(u *url.URL) string {
 		port = "80"
 	}
 	return net.JoinHostPort(strings.Trim(host, "[]"), port)
+}
+
+// forwardTarget is the host:port of r's target for its log line (port 80
+// when the URL has none, as forwardAddr goes to), or the URL's host as it
+// is when it has none (a refused request).
+func forwardTarget(r *http.Request) string {
+	if r.URL == nil || r.URL.Host == "" {
+		return ""
+	}
+	return forwardAddr(r.URL)
+}
+
+// relayedFailureError is a forwarded answer that was relayed to the client
+// whole while its upstream was reported for it (a target_http_error
+// status: cooled for the host): the request's line says so, with the
+// failure's class as its outcome, instead of ok.
+type relayedFailureError struct{ f *health.Failure }
+
+func (e *relayedFailureError) Error() string {
+	return "the answer was relayed, and its upstream reported: " + e.f.Error()
+}
+func (e *relayedFailureError) Unwrap() error { return e.f }
+
+// relayedFailure returns berr, relay's error, or for an answer relayed
+// whole (berr nil) whose upstream was reported with f, f as a
+// *relayedFailureError.
+func relayedFailure(berr error, f *health.Failure) error {
+	if berr != nil || f == nil {
+		return berr
+	}
+	return &relayedFailureError{f: f}
 }
 
 // relay writes resp to the client through writeResponse. When the body
