@@ -94,12 +94,12 @@ func (w drainWaiter) waitAnswer(t *testing.T, d time.Duration) string {
 }
 
 // summaryLines returns the tunnel and forwarded-request lines of logs
-// (refused requests included).
+// (refused requests, and those no upstream took, included).
 func summaryLines(logs *logBuffer) []string {
 	var out []string
 	for l := range strings.SplitSeq(logs.String(), "\n") {
 		if strings.Contains(l, `"message":"tunnel closed"`) || strings.Contains(l, `"message":"request forwarded"`) ||
-			strings.Contains(l, `"message":"request refused"`) {
+			strings.Contains(l, `"message":"request refused"`) || strings.Contains(l, `"message":"request not forwarded"`) {
 			out = append(out, l)
 		}
 	}

@@ -10,9 +10,11 @@ import (
 	"net/http/httptrace"
 	"net/textproto"
 	"net/url"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -147,6 +149,10 @@ func (s *Server) clientBodyAnswer(w http.ResponseWriter, e *clientBodyError, idl
 	}
 	switch e.fault() {
 	case bodyStalled:
+		if errors.As(e.err, new(*bodyTooSlowError)) {
+			plainError(w, http.StatusRequestTimeout, "bad_request", "request body stalled: not all there within "+smallBodyWithin.String())
+			return
+		}
 		plainError(w, http.StatusRequestTimeout, "bad_request", "request body stalled: no bytes for "+idle.String())
 	case bodyGone:
 		plainError(w, http.StatusBadRequest, "bad_request", "the request body ended before its end")
@@ -154,6 +160,66 @@ func (s *Server) clientBodyAnswer(w http.ResponseWriter, e *clientBodyError, idl
 		plainError(w, http.StatusBadRequest, "bad_request", "malformed request body: "+e.err.Error())
 	}
 }
+
+// smallBodyWithin bounds the whole read of a small request body that
+// rotor buffers (readSmallBody), however steadily its bytes come: 64 KiB
+// (pool.retry_body_limit's default) at a byte per second would otherwise
+// hold a connection and a goroutine for 18 hours.
+const smallBodyWithin = 2 * time.Minute
+
+// bufferIdle is the longest silence allowed between the bytes of a small
+// body that is buffered: listen.handshake_timeout, or h1BodyIdle when that
+// is off.
+func bufferIdle(handshake time.Duration) time.Duration {
+	if handshake <= 0 {
+		return h1BodyIdle
+	}
+	return handshake
+}
+
+// readSmallBody reads body (up to limit bytes) for a request whose body is
+// small enough to buffer. Buffering it is still receiving the request: it
+// is bounded like the head, or a client that stalls its body would hold a
+// goroutine and a connection for as long as it likes. The bound is on the
+// silence between its bytes (idle: a client still sending is not cut,
+// however slow its link), and on the whole read (smallBodyWithin). A
+// stall is a timeout error (clientBodyError.fault: bodyStalled);
+// overrun, the whole-read bound, is an *bodyTooSlowError.
+func readSmallBody(w http.ResponseWriter, body io.Reader, limit int64, idle time.Duration) ([]byte, error) {
+	rc := http.NewResponseController(w)
+	end := time.Now().Add(smallBodyWithin)
+	var buf bytes.Buffer
+	lr := io.LimitReader(body, limit)
+	p := make([]byte, 4096)
+	for {
+		now := time.Now()
+		deadline := now.Add(idle)
+		if deadline.After(end) {
+			deadline = end
+		}
+		_ = rc.SetReadDeadline(deadline)
+		n, err := lr.Read(p)
+		buf.Write(p[:n])
+		switch {
+		case err == io.EOF:
+			_ = rc.SetReadDeadline(time.Time{}) // on error it stays: net/http drains the rest of the body after the 400
+			return buf.Bytes(), nil
+		case err != nil && !deadline.Before(end) && !time.Now().Before(end):
+			return nil, &bodyTooSlowError{err: err}
+		case err != nil:
+			return nil, err
+		}
+	}
+}
+
+// bodyTooSlowError is a small body that kept coming but was not all there
+// within smallBodyWithin: a timeout, told as such (clientBodyAnswer).
+type bodyTooSlowError struct{ err error }
+
+func (e *bodyTooSlowError) Error() string {
+	return "request body not all there within " + smallBodyWithin.String() + ": " + e.err.Error()
+}
+func (e *bodyTooSlowError) Unwrap() error { return e.err }
 
 // serveForward forwards one absolute-URI http:// request. Each request on a
 // kept-alive client connection is a new pick from the pool; upstream
@@ -188,21 +254,16 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 	var big *countingBody
 	if r.Body != nil && r.Body != http.NoBody {
 		if r.ContentLength >= 0 && r.ContentLength <= pcfg.RetryBodyLimit {
-			// Buffering a small body is still receiving the request: bound
-			// it like the headers, or a client that stalls its body holds
-			// a goroutine and a connection for as long as it likes.
-			rc := http.NewResponseController(w)
-			_ = rc.SetReadDeadline(time.Now().Add(cfg.Listen.HandshakeTimeout))
-			b, err := io.ReadAll(io.LimitReader(r.Body, pcfg.RetryBodyLimit+1))
+			idle := bufferIdle(cfg.Listen.HandshakeTimeout)
+			b, err := readSmallBody(w, r.Body, pcfg.RetryBodyLimit+1, idle)
 			if err != nil {
 				// The same answers and log line as a streamed body's
 				// (a stall here is the handshake timeout's).
 				ce := &clientBodyError{err: err}
-				s.clientBodyAnswer(w, ce, cfg.Listen.HandshakeTimeout)
+				s.clientBodyAnswer(w, ce, idle)
 				s.logForward(id, r, params.User, nil, nil, ce, 0, start)
 				return
 			}
-			_ = rc.SetReadDeadline(time.Time{}) // on error it stays: net/http drains the rest of the body after the 400
 			buffered = b
 		} else {
 			big = &countingBody{r: r.Body}
@@ -260,6 +321,9 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 	// client gets when no other upstream does better.
 	var last *http.Response
 	var lastEP *upstream.Endpoint
+	// reported, lastReported: the failure a relayed answer (resp, last)
+	// was reported with (a target_http_error status), for its line.
+	var reported, lastReported *health.Failure
 	// cur is the endpoint of the latest attempt (nil before the first):
 	// a request that fails or whose client leaves after attempts names it
 	// in its line (logForward prefers the upstream an attempts error
@@ -269,7 +333,7 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 		if last != nil {
 			n, berr := s.relay(ctx, w, last, lastEP, strings.ToLower(addr), cfg.SlowBody.Stall, nil)
 			att.Release(lastEP)
-			s.logForward(id, r, params.User, lastEP, att, berr, n, start)
+			s.logForward(id, r, params.User, lastEP, att, relayedFailure(berr, lastReported), n, start)
 			return
 		}
 		cf := explain(err)
@@ -371,26 +435,28 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 			}
 			continue
 		}
+		reported = nil
 		if slices.Contains(cfg.TargetHTTPError.Statuses, resp.StatusCode) {
 			att.Answered(e)
-			s.pool.Report(e, &health.Failure{Class: health.TargetHTTPError, Stage: health.StageHTTPStatus, Target: host,
-				Err: errors.New("target answered " + e.PeerText(resp.Status))})
+			reported = &health.Failure{Class: health.TargetHTTPError, Stage: health.StageHTTPStatus, Target: host,
+				Err: errors.New("target answered " + e.PeerText(resp.Status))}
+			s.pool.Report(e, reported)
 		} else {
 			att.Succeeded(e)
 		}
 		if last != nil {
 			last.Body.Close()
 			att.Release(lastEP)
-			last, lastEP = nil, nil
+			last, lastEP, lastReported = nil, nil, nil
 		}
 		if slices.Contains(pcfg.RetryStatuses, resp.StatusCode) && idempotent(r.Method) && big == nil {
 			// Try another upstream; keep this answer in case none does better.
-			last, lastEP = resp, e
+			last, lastEP, lastReported = resp, e, reported
 			continue
 		}
 		n, berr := s.relay(ctx, w, resp, e, strings.ToLower(addr), cfg.SlowBody.Stall, big)
 		att.Release(e)
-		s.logForward(id, r, params.User, e, att, berr, n, start)
+		s.logForward(id, r, params.User, e, att, relayedFailure(berr, reported), n, start)
 		return
 	}
 }
@@ -457,6 +523,37 @@ func forwardAddr(u *url.URL) string {
 		port = "80"
 	}
 	return net.JoinHostPort(strings.Trim(host, "[]"), port)
+}
+
+// forwardTarget is the host:port of r's target for its log line (port 80
+// when the URL has none, as forwardAddr goes to), or the URL's host as it
+// is when it has none (a refused request).
+func forwardTarget(r *http.Request) string {
+	if r.URL == nil || r.URL.Host == "" {
+		return ""
+	}
+	return forwardAddr(r.URL)
+}
+
+// relayedFailureError is a forwarded answer that was relayed to the client
+// whole while its upstream was reported for it (a target_http_error
+// status: cooled for the host): the request's line says so, with the
+// failure's class as its outcome, instead of ok.
+type relayedFailureError struct{ f *health.Failure }
+
+func (e *relayedFailureError) Error() string {
+	return "the answer was relayed, and its upstream reported: " + e.f.Error()
+}
+func (e *relayedFailureError) Unwrap() error { return e.f }
+
+// relayedFailure returns berr, relay's error, or for an answer relayed
+// whole (berr nil) whose upstream was reported with f, f as a
+// *relayedFailureError.
+func relayedFailure(berr error, f *health.Failure) error {
+	if berr != nil || f == nil {
+		return berr
+	}
+	return &relayedFailureError{f: f}
 }
 
 // relay writes resp to the client through writeResponse. When the body
@@ -636,14 +733,22 @@ func lastUpstream(err error) string {
 	return ""
 }
 
-// directSlowIsTarget scopes a slow_body failure of the direct upstream to
-// its target host: with no proxy in between a slow answer or a stalled
-// body can only be the target's, so it must not cool direct for every
-// host (with one direct upstream, one slow site would make the whole
-// gateway answer 503). Tunnels do the same (runTunnel). It returns err.
+// directSlowIsTarget makes a slow_body failure of the direct upstream the
+// target's: with no proxy in between a slow answer or a stalled body can
+// only be the target's, so it must not cool direct for every host (with
+// one direct upstream, one slow site would make the whole gateway answer
+// 503). No answer within slow_body.first_byte is the target timing out
+// (target_timeout at first_byte: a 504, as when two proxies in turn got
+// nothing from it, not a 502 slow_body); a body that stalled once the
+// answer began stays slow_body, scoped to the target host, as tunnels do
+// (runTunnel). It returns err.
 func directSlowIsTarget(e *upstream.Endpoint, err error) error {
 	var f *health.Failure
 	if errors.As(err, &f) && f.Class == health.SlowBody && e.Scheme() == "direct" {
+		if f.Stage == health.StageFirstByte {
+			f.Class = health.TargetTimeout
+			return err
+		}
 		f.Scope = health.ScopeTarget
 	}
 	return err
@@ -841,4 +946,73 @@ func classifyProxyResponse(e *upstream.Endpoint, resp *http.Response) *health.Fa
 		return fail(health.TargetUnreachable, health.StageTargetConnect)
 	}
 	return nil
+}
+
+// answeredConn is a connection of a Transport's (forward_conns.go) that
+// lets an early answer through: an upstream (or a target through it) may
+// answer a request before its body is all sent, a 413 or a 401, and then
+// reset the connection, as tinyproxy relays a target that does so. The
+// Transport then has the answer and a failed write at once, and picks
+// one at random: the failed write made a 502 target_unreachable of an
+// answer that had come, and cooled the upstream for the host. Once bytes
+// of an answer came, a write that fails because the peer reset or closed
+// (ECONNRESET, EPIPE) is taken as written, and so is every later one (they
+// go nowhere): the Transport returns the answer, or, when its head was
+// not all there, the read's error.
+type answeredConn struct {
+	net.Conn
+	// rmu is held by each Read (the Transport's reader goroutine): a
+	// write that failed waits for a read under way, which on a reset
+	// connection returns at once, to know what it brought.
+	rmu      sync.Mutex
+	answered atomic.Bool // a byte came from the peer
+	broken   atomic.Bool // a write failed after that: later writes are dropped
+}
+
+// letEarlyAnswers wraps c, a new connection of a Transport's, in an
+// answeredConn (nil stays nil).
+func letEarlyAnswers(c net.Conn) net.Conn {
+	if c == nil {
+		return nil
+	}
+	return &answeredConn{Conn: c}
+}
+
+func (c *answeredConn) Read(p []byte) (int, error) {
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
+	n, err := c.Conn.Read(p)
+	if n > 0 {
+		c.answered.Store(true)
+	}
+	return n, err
+}
+
+func (c *answeredConn) Write(p []byte) (int, error) {
+	if c.broken.Load() {
+		return len(p), nil
+	}
+	n, err := c.Conn.Write(p)
+	if err != nil && (errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)) && c.answerCame() {
+		c.broken.Store(true)
+		return len(p), nil
+	}
+	return n, err
+}
+
+// answerCame reports whether bytes of an answer came, read already or
+// still queued in the socket: the Transport's reader may not have run yet
+// when its writer meets the reset. After a failed write a peek sees
+// queued bytes as open (peekClient), and nothing as an end or an error;
+// where it cannot tell (not a socket, not unix) only what was read counts.
+func (c *answeredConn) answerCame() bool {
+	c.rmu.Lock() // a read under way ends first (its bytes may be the answer)
+	c.rmu.Unlock()
+	if c.answered.Load() {
+		return true
+	}
+	if _, ok := c.Conn.(syscall.Conn); !ok || runtime.GOOS == "windows" || runtime.GOOS == "plan9" {
+		return false
+	}
+	return peekClient(c.Conn) == peerOpen
 }

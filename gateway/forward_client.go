@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/rotor-proxy/rotor/health"
 	"github.com/rotor-proxy/rotor/upstream"
 )
 
@@ -166,6 +167,9 @@ func (fc *fwdClient) roundTrip(ctx context.Context, x *fwdExchange) (*http.Respo
 		if reused && nothingRead && !(errors.As(err, &ne) && ne.Timeout()) {
 			continue // not a first_byte timeout: that would wait again
 		}
+		if reused && errors.Is(err, errNotHTTPReused) {
+			continue // a fresh connection tells whose it is (notHTTPConn)
+		}
 		return nil, err
 	}
 }
@@ -185,7 +189,12 @@ func (fc *fwdClient) dial(ctx context.Context, key string, x *fwdExchange) (*fwd
 	} else if c, err = fc.e.DialContext(ctx, "tcp", x.addr); err != nil {
 		return nil, err
 	}
-	pc := &fwdConn{c: c, lr: headLimit{c: c, remain: 1<<63 - 1}, bw: bufio.NewWriterSize(c, 4096), key: key}
+	rc := c // what answers are read from
+	if fc.proxy {
+		// c itself stays as dialled: the idle sweep looks under it.
+		rc = guardNotHTTP(c)
+	}
+	pc := &fwdConn{c: c, lr: headLimit{c: rc, remain: 1<<63 - 1}, bw: bufio.NewWriterSize(c, 4096), key: key}
 	pc.br = bufio.NewReaderSize(&pc.lr, 4096)
 	return pc, nil
 }
@@ -217,11 +226,18 @@ func (fc *fwdClient) exchange(ctx context.Context, pc *fwdConn, x *fwdExchange) 
 	if _, err := pc.br.Peek(1); err != nil {
 		return nil, true, err
 	}
+	if b, _ := pc.br.Peek(min(pc.br.Buffered(), len(httpPrefix))); fc.proxy && notHTTP(b) {
+		// Only a kept-alive connection gets here (a fresh one's
+		// notHTTPConn failed the Peek).
+		return nil, false, errNotHTTPReused
+	}
 	for {
 		resp, err = http.ReadResponse(pc.br, x.r)
 		switch {
 		case err != nil && pc.lr.remain <= 0:
 			return nil, false, errRespHeadTooLarge
+		case errors.As(err, new(*health.Failure)): // notHTTPConn's, after a first byte that was H
+			return nil, false, err
 		case err != nil && parseError(err):
 			return nil, false, invalidAnswer(fc.e.PeerError(err))
 		case err != nil:
@@ -249,6 +265,11 @@ func (fc *fwdClient) exchange(ctx context.Context, pc *fwdConn, x *fwdExchange) 
 	resp.Body = &fwdBody{fc: fc, pc: pc, body: resp.Body, stop: stop, reuse: reuse}
 	return resp, false, nil
 }
+
+// errNotHTTPReused is an answer that is not HTTP on a kept-alive
+// connection to an http:// upstream: the request goes again on a fresh
+// one (roundTrip), whose notHTTPConn says whose fault it is.
+var errNotHTTPReused = errors.New("the upstream's answer on a kept-alive connection is not HTTP")
 
 // aLongTimeAgo is a deadline in the past: it makes blocked I/O return.
 var aLongTimeAgo = time.Unix(1, 0)
@@ -763,3 +784,58 @@ func (b *fwdBody) Close() error {
 }
 
 var errFwdBodyClosed = errors.New("http: read on closed response body")
+
+// notHTTPConn is a fresh connection to an http:// or https:// upstream
+// whose first bytes are checked: an answer that does not begin as HTTP
+// does ("HTTP/") comes from no HTTP proxy (a SOCKS5 server answers 05 FF
+// to a request line) and no target either, since an HTTP proxy relays a
+// target's nonsense as an error of its own. Its first read fails then
+// with the upstream's failure (notHTTPFailure): the upstream is cooled,
+// as its probe would, and the request goes to another one. Only a fresh
+// connection's first answer is checked: on a kept-alive one the bytes
+// could be the end of an earlier answer (fwdClient.roundTrip sends the
+// request again on a fresh connection then).
+type notHTTPConn struct {
+	net.Conn
+	seen int // bytes of the answer checked so far, up to len("HTTP/")
+}
+
+// guardNotHTTP wraps c, a new connection to an http:// or https://
+// upstream, in a notHTTPConn (nil stays nil).
+func guardNotHTTP(c net.Conn) net.Conn {
+	if c == nil {
+		return nil
+	}
+	return &notHTTPConn{Conn: c}
+}
+
+func (c *notHTTPConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if c.seen < len(httpPrefix) && n > 0 {
+		m := min(n, len(httpPrefix)-c.seen)
+		if string(p[:m]) != httpPrefix[c.seen:c.seen+m] {
+			return 0, notHTTPFailure(p[:n])
+		}
+		c.seen += m
+	}
+	return n, err
+}
+
+// httpPrefix begins every HTTP/1.x status line (RFC 9112 section 4).
+const httpPrefix = "HTTP/"
+
+// notHTTP reports whether b, the first bytes of an answer, cannot begin
+// an HTTP/1.x status line.
+func notHTTP(b []byte) bool {
+	m := min(len(b), len(httpPrefix))
+	return m > 0 && string(b[:m]) != httpPrefix[:m]
+}
+
+// notHTTPFailure is the failure of an upstream that answered b, which is
+// not HTTP: upstream_error at proxy_handshake (the stage a CONNECT's
+// garbage answer gets too), before any byte of the request reached a
+// target, so any request may go to another upstream.
+func notHTTPFailure(b []byte) *health.Failure {
+	return &health.Failure{Class: health.UpstreamError, Stage: health.StageProxyHandshake,
+		Err: errors.New("the upstream's answer is not HTTP (not an HTTP proxy?): " + upstream.PeerText(strconv.Quote(string(b[:min(len(b), 16)]))))}
+}

@@ -435,8 +435,10 @@ func TestLeanForwardable(t *testing.T) {
 }
 
 // TestForwardLeanFirstByteIsSlowBody: a target that takes the request
-// and answers nothing within slow_body.first_byte is slow_body at
-// first_byte, as it was through net/http's Transport.
+// and answers nothing within slow_body.first_byte, through a proxy (here
+// SOCKS5, on the lean path's tunnel), is slow_body at first_byte, as it
+// was through net/http's Transport. (Behind direct:// it is the target's
+// target_timeout: TestForwardDirectSlowTargetIsTargetTimeout.)
 func TestForwardLeanFirstByteIsSlowBody(t *testing.T) {
 	rt := newRawTarget(t, func(c net.Conn, br *bufio.Reader, rt *rawTarget) {
 		if _, err := rt.readHead(br); err != nil {
@@ -444,8 +446,9 @@ func TestForwardLeanFirstByteIsSlowBody(t *testing.T) {
 		}
 		_, _ = io.Copy(io.Discard, br) // never answers
 	})
-	srv, logs := startGateway(t, "allow_private_destinations = true\n"+listenConf("")+
-		"[slow_body]\nfirst_byte = \"300ms\"\n[pool]\nstart_eligible = true\nmax_attempts = 1\n[[upstream]]\nurl = \"direct://\"\nname = \"up\"\n")
+	up := upstreamtest.NewSOCKS5(t, upstreamtest.Options{})
+	srv, logs := startGateway(t, listenConf("")+
+		fmt.Sprintf("[slow_body]\nfirst_byte = \"300ms\"\n[pool]\nstart_eligible = true\nmax_attempts = 1\n[[upstream]]\nurl = %q\nname = \"up\"\n", up.URL()))
 	resp, err := httpGet(t, srv.Addr("http"), "", "", "http://"+rt.Addr()+"/", false)
 	if err != nil {
 		t.Fatal(err)
@@ -634,8 +637,10 @@ func TestReloadFirstByteReachesTransport(t *testing.T) {
 	if err := srv.Reload(next); err != nil {
 		t.Fatal(err)
 	}
-	if resp := post("/slow"); resp.StatusCode < 500 || !strings.HasPrefix(resp.Header.Get("X-Rotor-Error"), "slow_body") {
-		t.Fatalf("after the reload to first_byte = 300ms, an answer after 1s: %d %q, want slow_body", resp.StatusCode, resp.Header.Get("X-Rotor-Error"))
+	// Behind direct:// no answer within first_byte is the target's
+	// target_timeout (directSlowIsTarget).
+	if resp := post("/slow"); resp.StatusCode < 500 || !strings.HasPrefix(resp.Header.Get("X-Rotor-Error"), "target_timeout; stage=first_byte") {
+		t.Fatalf("after the reload to first_byte = 300ms, an answer after 1s: %d %q, want target_timeout at first_byte", resp.StatusCode, resp.Header.Get("X-Rotor-Error"))
 	}
 }
 

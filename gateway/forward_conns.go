@@ -31,7 +31,10 @@ func (s *Server) transport(e *upstream.Endpoint, cfg *Config) http.RoundTripper 
 		DisableCompression:     true,
 		MaxResponseHeaderBytes: fwdMaxResponseHead,
 		ResponseHeaderTimeout:  cfg.SlowBody.FirstByte,
-		DialContext:            e.DialContext,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := e.DialContext(ctx, network, addr)
+			return letEarlyAnswers(c), err // an early answer is relayed (answeredConn)
+		},
 		// max_conns counts every open connection to the upstream: the
 		// Transport's idle ones would be uncounted, and its pool cannot
 		// be bounded per endpoint, so it keeps none (the lean client,
@@ -65,7 +68,7 @@ func (s *Server) transport(e *upstream.Endpoint, cfg *Config) http.RoundTripper 
 			// name is resolved once a minute, as for tunnels), TLS to an
 			// https:// proxy, errors with their class and stage.
 			c, _, _, err := e.DialForward(ctx)
-			return c, err
+			return guardNotHTTP(letEarlyAnswers(c)), err // an answer that is not HTTP is the upstream's (notHTTPConn); an early one is relayed (answeredConn)
 		}
 	}
 	if e.MaxConns > 0 {

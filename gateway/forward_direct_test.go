@@ -15,19 +15,22 @@ import (
 )
 
 // TestForwardDirectSlowIsTargetScoped: behind direct:// a target that
-// answers later than slow_body.first_byte, or stalls its body, cools
+// answers later than slow_body.first_byte is target_timeout (a target
+// failure, which cools nothing whole), and one that stalls its body cools
 // direct for that host only (there is no proxy to blame): the next
 // request to another host is served, with slow_body.scope at its
 // default ("upstream").
 func TestForwardDirectSlowIsTargetScoped(t *testing.T) {
 	for _, tc := range []struct {
-		name   string
-		answer func(c net.Conn)
+		name    string
+		answer  func(c net.Conn)
+		class   health.Class
+		targets int // per-host cooldowns after it
 	}{
-		{"no answer within first_byte", func(c net.Conn) {}},
+		{"no answer within first_byte", func(c net.Conn) {}, health.TargetTimeout, 0},
 		{"body stalls", func(c net.Conn) {
 			_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nabc")
-		}},
+		}, health.SlowBody, 1},
 	} {
 		for _, method := range forwardMethods {
 			t.Run(tc.name+"/"+method, func(t *testing.T) {
@@ -49,15 +52,18 @@ func TestForwardDirectSlowIsTargetScoped(t *testing.T) {
 					"[[upstream]]\nurl = \"direct://\"\nname = \"up\"\n")
 				_, _, _ = askForward(t, srv, method, "http://"+slow.Addr()+"/")
 				snap := srv.Tracker().Snapshot(srv.Pool().Lookup("up").Record())
-				if snap.Failures[health.SlowBody] != 1 || snap.State != health.Eligible || len(snap.Targets) != 1 {
-					t.Fatalf("direct after a slow target: %v, failures %v, targets %+v; want eligible, one slow_body, one per-host cooldown",
-						snap.State, snap.Failures, snap.Targets)
+				if snap.Failures[tc.class] != 1 || snap.State != health.Eligible || len(snap.Targets) != tc.targets {
+					t.Fatalf("direct after a slow target: %v, failures %v, targets %+v; want eligible, one %v, %d per-host cooldown",
+						snap.State, snap.Failures, snap.Targets, tc.class, tc.targets)
 				}
 				// Another host (per-target cooldowns key on the host without port).
 				_, port, _ := net.SplitHostPort(fine.Addr())
 				resp, body, err := askForward(t, srv, method, "http://localhost:"+port+"/")
 				if err != nil || resp.StatusCode != http.StatusOK || body != "ok" {
 					t.Errorf("another host after a slow one: %d %q %v", resp.StatusCode, body, err)
+				}
+				if tc.targets == 0 {
+					return
 				}
 				if h := snap.Targets[0].Host; !strings.HasPrefix(slow.Addr(), h) {
 					t.Errorf("per-host cooldown for %q, want the slow target's host", h)

@@ -52,10 +52,20 @@ const (
 	// h1ClientCheck is how often a running request checks that its client
 	// is still connected.
 	h1ClientCheck = 100 * time.Millisecond
-	// h1LingerClose bounds the wait for the client's end after an answer
-	// that closes the connection with request bytes still unread, so the
-	// close does not reset the connection before the answer is read.
-	h1LingerClose = 500 * time.Millisecond
+	// h1LingerTime bounds the drain of a client still sending after an
+	// answer that closes the connection with request bytes unread (an
+	// early 413 to an upload), so the close does not reset the connection
+	// before the answer is read: a client that sends its whole body
+	// before it reads (Python's http.client) fails its send on the reset
+	// and never reads the answer. nginx's lingering_time is 30 s.
+	h1LingerTime = 5 * time.Second
+	// h1LingerIdle ends that drain earlier when the client sends nothing
+	// for this long (nginx's lingering_timeout): it has stopped sending,
+	// and the close sends a FIN, not a reset.
+	h1LingerIdle = time.Second
+	// h1LingerBytes caps what the drain reads: a loopback client sends
+	// 1 MiB (the old cap) in a few milliseconds, long before it reads.
+	h1LingerBytes = 1 << 30
 	// h1BodyIdle bounds each wait for the next bytes of a request body
 	// (nginx's client_body_timeout is the same): a client that trickles
 	// or stops its body would otherwise hold its connection, goroutine
@@ -662,15 +672,33 @@ func (hc *h1Conn) leave() {
 
 // lingerClose ends a connection whose client may still be sending (an
 // unread body, an oversized head): it sends the answer and a FIN, then
-// reads and drops what comes for up to h1LingerClose, so the close that
-// follows does not reset the connection and destroy the answer in flight.
+// reads and drops what comes until the client closes or sends nothing for
+// h1LingerIdle, for up to h1LingerTime and h1LingerBytes, so the close
+// that follows does not reset the connection and destroy the answer in
+// flight (or fail the send of a client that reads only after it).
 func (hc *h1Conn) lingerClose() {
 	_ = hc.bw.Flush()
 	if tc, ok := hc.c.(*net.TCPConn); ok {
 		_ = tc.CloseWrite()
 	}
-	_ = hc.c.SetReadDeadline(time.Now().Add(h1LingerClose))
-	_, _ = io.CopyN(io.Discard, hc.c, 1<<20)
+	end := time.Now().Add(h1LingerTime)
+	buf := make([]byte, 32<<10)
+	for left := int64(h1LingerBytes); left > 0; {
+		now := time.Now()
+		if !now.Before(end) {
+			return
+		}
+		deadline := now.Add(h1LingerIdle)
+		if deadline.After(end) {
+			deadline = end
+		}
+		_ = hc.c.SetReadDeadline(deadline)
+		n, err := hc.c.Read(buf[:min(int64(len(buf)), left)])
+		left -= int64(n)
+		if err != nil {
+			return // the client's end, the idle bound, or the connection closed (the drain's cut)
+		}
+	}
 }
 
 // h1Body records whether the handler read the request body to its end,

@@ -211,6 +211,9 @@ func (s *Server) logForward(id uint64, r *http.Request, user string, e *upstream
 	if outcome == "failed" && f != nil && f.Class == health.SlowBody {
 		outcome = "slow_body" // as a tunnel that stalled is
 	}
+	if errors.As(err, new(*relayedFailureError)) {
+		outcome = f.Class.String() // relayed, but its upstream was reported (target_http_error)
+	}
 	s.metrics.tunnelDone("http_forward", outcome)
 	var up int64
 	if b, ok := r.Body.(*h1Body); ok {
@@ -218,10 +221,10 @@ func (s *Server) logForward(id uint64, r *http.Request, user string, e *upstream
 	}
 	ev := s.log.Info()
 	refused := err != nil && clientsDoing(err)
-	if err != nil && !quietOutcome(outcome) && !refused {
+	if err != nil && !quietOutcome(outcome) && !refused && !upstream.ClientFault(err) {
 		ev = s.log.Warn()
 	}
-	ev = ev.Uint64("conn_id", id).Str("listener", "http").Str("client", r.RemoteAddr).Str("target", r.URL.Host).
+	ev = ev.Uint64("conn_id", id).Str("listener", "http").Str("client", r.RemoteAddr).Str("target", forwardTarget(r)).
 		Str("method", r.Method).Dur("dur", time.Since(start)).Str("outcome", outcome).
 		Int("attempts", attemptCount(att)).Int64("bytes_up", up).Int64("bytes_down", n)
 	if user != "" {
@@ -245,6 +248,10 @@ func (s *Server) logForward(id uint64, r *http.Request, user string, e *upstream
 	if refused {
 		// Nothing was forwarded: "request forwarded" said otherwise.
 		ev.Msg("request refused")
+		return
+	}
+	if outcome == "unavailable" && attemptCount(att) == 0 {
+		ev.Msg("request not forwarded") // no upstream was eligible: none was tried
 		return
 	}
 	ev.Msg("request forwarded")

@@ -186,6 +186,14 @@ func readConnectAnswer(r io.Reader, peerText func(string) string) (over []byte, 
 	mr := &readMemo{r: r}
 	lr := &io.LimitedReader{R: mr, N: maxConnectResponseBytes}
 	br := bufio.NewReaderSize(lr, 4096)
+	// An answer that does not begin as HTTP does (a SOCKS5 server's 05 FF)
+	// is malformed at once: waiting for a line's end it never sends would
+	// pass for a proxy still reaching the target.
+	if _, err := br.Peek(1); err == nil {
+		if p, _ := br.Peek(min(br.Buffered(), len("HTTP/"))); !strings.HasPrefix("HTTP/", string(p)) {
+			return nil, fmt.Errorf("%w: CONNECT response is not HTTP: %s", ErrMalformedReply, peerText(strconv.Quote(string(p))))
+		}
+	}
 	resp, err := http.ReadResponse(br, connectReq)
 	if err != nil {
 		if isTimeout(err) || IsCanceled(err) {
