@@ -76,7 +76,8 @@ const (
 // fwdConn is one pooled upstream connection.
 type fwdConn struct {
 	c      net.Conn
-	lr     headLimit // under br: bounds an answer's head to fwdMaxResponseHead
+	lr     headLimit // under cut: bounds an answer's head to fwdMaxResponseHead
+	cut    cutMemo   // between lr and br: keeps the deadline error bufio drops
 	br     *bufio.Reader
 	bw     *bufio.Writer
 	key    string
@@ -195,7 +196,8 @@ func (fc *fwdClient) dial(ctx context.Context, key string, x *fwdExchange) (*fwd
 		rc = guardNotHTTP(c)
 	}
 	pc := &fwdConn{c: c, lr: headLimit{c: rc, remain: 1<<63 - 1}, bw: bufio.NewWriterSize(c, 4096), key: key}
-	pc.br = bufio.NewReaderSize(&pc.lr, 4096)
+	pc.cut.r = &pc.lr
+	pc.br = bufio.NewReaderSize(&pc.cut, 4096)
 	return pc, nil
 }
 
@@ -223,6 +225,7 @@ func (fc *fwdClient) exchange(ctx context.Context, pc *fwdConn, x *fwdExchange) 
 	// memory with them. The limit counts what the buffer read ahead too, a
 	// few KiB of body at most.
 	pc.lr.remain = fwdMaxResponseHead
+	pc.cut.reset()
 	if _, err := pc.br.Peek(1); err != nil {
 		return nil, true, err
 	}
@@ -238,6 +241,9 @@ func (fc *fwdClient) exchange(ctx context.Context, pc *fwdConn, x *fwdExchange) 
 			return nil, false, errRespHeadTooLarge
 		case errors.As(err, new(*health.Failure)): // notHTTPConn's, after a first byte that was H
 			return nil, false, err
+		case err != nil && pc.cut.cut() != nil:
+			// Cut short by the first_byte deadline: slow, not malformed.
+			return nil, false, pc.cut.cut()
 		case err != nil && parseError(err):
 			return nil, false, invalidAnswer(fc.e.PeerError(err))
 		case err != nil:
