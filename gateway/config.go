@@ -72,6 +72,9 @@ type Config struct {
 	// named[i] is whether the i-th [[upstream]] sets name, so that
 	// name = "" is an error rather than the default name.
 	named []bool
+	// bad holds, while parseConfig validates, the lines of values left
+	// out for their errors: cross-field checks that read one are skipped.
+	bad map[int]bool
 }
 
 // ListenConfig is the [listen] table.
@@ -350,11 +353,13 @@ func parseConfig(path string, data []byte) (*Config, ConfigErrors) {
 	// Before fill, which reads password_env into Password.
 	errs = append(errs, c.clientPasswordErrors()...)
 	c.fill(&md)
+	c.bad = bad
 	for _, e := range c.validate() {
 		if e.Line == 0 || !bad[e.Line] {
 			errs = append(errs, e)
 		}
 	}
+	c.bad = nil
 	return c, errs.sorted()
 }
 

@@ -303,6 +303,11 @@ func (c Config) Validate() error {
 type KeyError struct {
 	Key string
 	Err error
+	// Uses (optional) names the other keys a cross-field check read
+	// ("cooldown.refused.base" for max >= base): when one of them held an
+	// invalid value, a config check leaves the error out, since the
+	// default that stood in for it was never the user's.
+	Uses []string
 }
 
 func (e *KeyError) Error() string { return e.Key + ": " + e.Err.Error() }
@@ -310,6 +315,9 @@ func (e *KeyError) Unwrap() error { return e.Err }
 
 // ConfigKey returns Key; config checks find the key's line with it.
 func (e *KeyError) ConfigKey() string { return e.Key }
+
+// ConfigUses returns Uses.
+func (e *KeyError) ConfigUses() []string { return e.Uses }
 
 // KeyErr returns a *KeyError for key, its message formatted.
 func KeyErr(key, format string, a ...any) error { return keyErr(key, format, a...) }
@@ -376,10 +384,12 @@ func (p ClassPolicy) validate(key string, d ClassPolicy) []error {
 		eff.After = d.After
 	}
 	if eff.Base >= 0 && eff.Max >= 0 && eff.Max < eff.Base {
-		errs = append(errs, keyErr(key+".max", "must be >= base (max %s%s, base %s)", eff.Max, maxNote, eff.Base))
+		errs = append(errs, &KeyError{Key: key + ".max", Uses: []string{key + ".base"},
+			Err: fmt.Errorf("must be >= base (max %s%s, base %s)", eff.Max, maxNote, eff.Base)})
 	}
 	if p.PermanentAfter > 0 && eff.After > 0 && p.PermanentAfter < eff.After {
-		errs = append(errs, keyErr(key+".permanent_after", "must be >= after (permanent_after %d, after %d)", p.PermanentAfter, eff.After))
+		errs = append(errs, &KeyError{Key: key + ".permanent_after", Uses: []string{key + ".after"},
+			Err: fmt.Errorf("must be >= after (permanent_after %d, after %d)", p.PermanentAfter, eff.After)})
 	}
 	return errs
 }
