@@ -190,18 +190,28 @@ func (s *Server) requireToken(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		if bearer, ok := bearerToken(r.Header.Get("Authorization")); ok && equalSecret(bearer, token) {
+		// wrong: a token was offered (header, cookie or ?token=) and did
+		// not match, which the 401 says apart from a missing one.
+		wrong := false
+		bearer, ok := bearerToken(r.Header.Get("Authorization"))
+		if ok && equalSecret(bearer, token) {
 			next.ServeHTTP(w, r)
 			return
 		}
+		wrong = ok
 		read := r.Method == http.MethodGet || r.Method == http.MethodHead
-		if read {
-			if c, err := r.Cookie(tokenCookie); err == nil && equalSecret(c.Value, cookieValue(token)) {
+		cookieOK := false
+		if c, err := r.Cookie(tokenCookie); err == nil && c.Value != "" {
+			cookieOK = equalSecret(c.Value, cookieValue(token))
+			if cookieOK && read {
 				next.ServeHTTP(w, r)
 				return
 			}
+			// A cookie of a token a reload has since changed.
+			wrong = wrong || !cookieOK
 		}
-		if read && r.URL.Path == "/" && r.URL.Query().Has("token") {
+		if read && r.URL.Path == "/" && r.URL.Query().Get("token") != "" {
+			wrong = true
 			if equalSecret(r.URL.Query().Get("token"), token) {
 				http.SetCookie(w, &http.Cookie{
 					Name: tokenCookie, Value: cookieValue(token), Path: "/",
@@ -221,7 +231,17 @@ func (s *Server) requireToken(next http.Handler) http.Handler {
 			}
 		}
 		w.Header().Set("WWW-Authenticate", `Bearer realm="rotor admin"`)
-		writeError(w, http.StatusUnauthorized, "admin token required (Authorization: Bearer <token>)")
+		// Never the token sent: only which of the two cases this is, and
+		// both ways in (a browser has only the second).
+		const how = "(send Authorization: Bearer <token>, or open /?token=<token> in a browser for the status page)"
+		switch {
+		case cookieOK && !wrong:
+			writeError(w, http.StatusUnauthorized, "admin token required: the status page's cookie only reads, a change needs Authorization: Bearer <token>")
+		case wrong:
+			writeError(w, http.StatusUnauthorized, "wrong admin token "+how)
+		default:
+			writeError(w, http.StatusUnauthorized, "admin token required "+how)
+		}
 	})
 }
 

@@ -72,6 +72,9 @@ type Config struct {
 	// named[i] is whether the i-th [[upstream]] sets name, so that
 	// name = "" is an error rather than the default name.
 	named []bool
+	// bad holds, while parseConfig validates, the lines of values left
+	// out for their errors: cross-field checks that read one are skipped.
+	bad map[int]bool
 }
 
 // ListenConfig is the [listen] table.
@@ -350,11 +353,13 @@ func parseConfig(path string, data []byte) (*Config, ConfigErrors) {
 	// Before fill, which reads password_env into Password.
 	errs = append(errs, c.clientPasswordErrors()...)
 	c.fill(&md)
+	c.bad = bad
 	for _, e := range c.validate() {
 		if e.Line == 0 || !bad[e.Line] {
 			errs = append(errs, e)
 		}
 	}
+	c.bad = nil
 	return c, errs.sorted()
 }
 
@@ -692,6 +697,38 @@ type keyError struct {
 func (e *keyError) Error() string { return e.err.Error() }
 func (e *keyError) Unwrap() error { return e.err }
 
+// schemeTypo explains a URL that starts with a known scheme but lacks the
+// "//" after its ':' ("direct:", "socks5:/x") or the ':' before its "//"
+// ("http//h:1"), with the hint for that scheme; nil for anything else. It
+// is shown as written unless what follows the scheme may hold a password
+// (an '@', or a last ':' not followed by a port), which redactURL hides.
+func schemeTypo(raw string) error {
+	for _, sch := range []string{"socks5h", "socks5", "https", "http", "direct"} {
+		if len(raw) <= len(sch) || !strings.EqualFold(raw[:len(sch)], sch) {
+			continue
+		}
+		var prefix, missing string
+		switch {
+		case raw[len(sch)] == ':':
+			prefix, missing = raw[:len(sch)+1], `the "//" after `+strconv.Quote(raw[:len(sch)+1])+" is missing"
+		case strings.HasPrefix(raw[len(sch):], "//"):
+			prefix, missing = raw[:len(sch)+2], "the ':' after "+strconv.Quote(raw[:len(sch)])+" is missing"
+		default:
+			continue
+		}
+		rest, written := raw[len(prefix):], raw
+		if i := strings.LastIndex(rest, ":"); strings.Contains(rest, "@") || i >= 0 && strings.Trim(rest[i+1:], "0123456789") != "" {
+			written = redactURL(raw)
+		}
+		want := sch + "://[user:pass@]host:port"
+		if sch == "direct" {
+			want = "direct://"
+		}
+		return fmt.Errorf("upstream %q: want %s (%s)", shown(written), want, missing)
+	}
+	return nil
+}
+
 // spec turns one [[upstream]] into a pool spec. Errors never carry the
 // password, whatever it holds: an unparsable URL is shown through
 // redactURL, never as written, and never quoted by net/url.
@@ -713,6 +750,9 @@ func (u UpstreamConfig) spec() (upstream.Spec, error) {
 		return bad("url", "upstream %q: want scheme://user:pass@host:port (host:port:user:pass is a list-file format)", shown(redactURL(raw)))
 	}
 	if !hasScheme {
+		if e := schemeTypo(raw); e != nil {
+			return bad("url", "%v", e)
+		}
 		// Also user:pass@host:port: net/url would read it as scheme
 		// "user" and may keep the password in what it shows.
 		return bad("url", "upstream %q: want scheme://[user:pass@]host:port (socks5, http, https or direct)", shown(redactURL(raw)))

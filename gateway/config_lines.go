@@ -114,6 +114,12 @@ type configKeyer interface {
 	ConfigKey() string
 }
 
+// configUser is a cross-field error that also names the keys it read
+// (health.KeyError.Uses).
+type configUser interface {
+	ConfigUses() []string
+}
+
 // keyErrors turns an error of a package's Validate into one ConfigError
 // per problem (errors.Join trees are flattened), each at the line of the
 // key it names, or at fallback when it names none. Messages go through
@@ -121,6 +127,9 @@ type configKeyer interface {
 func (c *Config) keyErrors(err error, fallback int) ConfigErrors {
 	var errs ConfigErrors
 	for _, e := range leafErrors(err) {
+		if c.usesBadValue(e) {
+			continue
+		}
 		line := fallback
 		var k configKeyer
 		if errors.As(e, &k) {
@@ -131,6 +140,23 @@ func (c *Config) keyErrors(err error, fallback int) ConfigErrors {
 		errs = append(errs, ConfigError{File: c.path, Line: line, Msg: redactText(e.Error())})
 	}
 	return errs
+}
+
+// usesBadValue reports whether e is a cross-field check that read a key
+// whose value was refused (c.bad): it compared with the default in its
+// place, which would only mislead ("max must be >= base" for a base of
+// "2x"). Only a key written in the file has a line to be bad.
+func (c *Config) usesBadValue(e error) bool {
+	var u configUser
+	if !errors.As(e, &u) {
+		return false
+	}
+	for _, k := range u.ConfigUses() {
+		if n, ok := c.lines.keys[k]; ok && c.bad[n] {
+			return true
+		}
+	}
+	return false
 }
 
 // leafErrors flattens the errors.Join trees in err, in order.

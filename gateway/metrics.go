@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -41,6 +42,10 @@ type metrics struct {
 	probeSeconds  *prometheus.HistogramVec
 	transitions   *prometheus.CounterVec
 	targetCools   *prometheus.CounterVec
+	// forwarding counts the plain-HTTP forwarded requests in progress
+	// (requestStart/requestEnd): they hold an upstream as a tunnel does,
+	// and count in its active, but are no tunnel.
+	forwarding atomic.Int64
 
 	// persist is the state_file writer (statefile.go). It lives here
 	// because the tracker has one observer slot and this is its holder.
@@ -118,6 +123,10 @@ func newMetrics(s *Server) *metrics {
 			Name: "rotor_tunnels_open",
 			Help: "Tunnels in the drain registry now, all fronts.",
 		}, func() float64 { return float64(s.tunnels.count()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "rotor_requests_in_flight",
+			Help: "Plain-HTTP forwarded requests in progress (no tunnel: rotor_tunnels_open leaves them out, rotor_upstream_active counts them on the upstream that carries them).",
+		}, func() float64 { return float64(m.forwarding.Load()) }),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
@@ -140,6 +149,16 @@ func (m *metrics) tunnelStart(front string) { m.tunnelsActive.WithLabelValues(fr
 // tunnelEnd counts the end of a tunnel counted by tunnelStart. It must be
 // called exactly once per tunnelStart (next to the registry's remove).
 func (m *metrics) tunnelEnd(front string) { m.tunnelsActive.WithLabelValues(front).Dec() }
+
+// requestStart counts a plain-HTTP forwarded request that began; each is
+// followed by exactly one requestEnd.
+func (m *metrics) requestStart() { m.forwarding.Add(1) }
+
+// requestEnd counts the end of a request counted by requestStart.
+func (m *metrics) requestEnd() { m.forwarding.Add(-1) }
+
+// requestsInFlight returns the forwarded requests in progress now.
+func (m *metrics) requestsInFlight() int64 { return m.forwarding.Load() }
 
 // tunnelDone counts one finished client connection or forwarded request
 // with its outcome, whether or not a tunnel was started for it.

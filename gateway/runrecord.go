@@ -22,14 +22,14 @@ import (
 // token.
 type runRecord struct {
 	PID    int    `json:"pid"`
-	Config string `json:"config"` // absolute path, or "built-in defaults"
+	Config string `json:"config"` // runRecordKey: the resolved absolute path, or "built-in defaults"
 	Admin  string `json:"admin"`
 }
 
 // RunRecordPath is where the rotor running from configPath ("" for the
 // built-in defaults) records its admin address: in $XDG_RUNTIME_DIR, else
 // the temporary directory, under a name derived from the config's absolute
-// path, so that several rotors on one host keep apart and
+// path with symlinks resolved (runRecordKey), so that several rotors on one host keep apart and
 // `rotor -healthcheck -config FILE` finds the one running FILE.
 func RunRecordPath(configPath string) string {
 	sum := sha256.Sum256([]byte(runRecordKey(configPath)))
@@ -40,11 +40,19 @@ func RunRecordPath(configPath string) string {
 	return filepath.Join(dir, "rotor-"+hex.EncodeToString(sum[:8])+".json")
 }
 
+// runRecordKey names the config file the same whichever way it is
+// spelled: absolute, with symlinks resolved, so that `-healthcheck -config
+// LINK/rotor.toml` finds the rotor started as REAL/rotor.toml and back. A
+// path that cannot be resolved (the file gone) keeps its absolute form.
 func runRecordKey(configPath string) string {
 	if configPath == "" {
 		return "built-in defaults"
 	}
-	return absPath(configPath)
+	a := absPath(configPath)
+	if r, err := filepath.EvalSymlinks(a); err == nil {
+		return r
+	}
+	return a
 }
 
 // Healthcheck asks the admin listener of the rotor running from

@@ -216,25 +216,31 @@ func failureList(m map[string]uint64) string {
 // page the query selected (all of them without parameters), Matched how
 // many it selected before paging, Total how many the pool has.
 type statusJSON struct {
-	Now       string         `json:"now"`
-	States    map[string]int `json:"states"`
-	Waiting   int64          `json:"waiting"`
-	Tunnels   int            `json:"tunnels"`
-	Total     int            `json:"total"`
-	Matched   int            `json:"matched"`
-	Upstreams []upstreamJSON `json:"upstreams"`
+	Now     string         `json:"now"`
+	States  map[string]int `json:"states"`
+	Waiting int64          `json:"waiting"`
+	Tunnels int            `json:"tunnels"`
+	// RequestsInFlight counts the plain-HTTP forwarded requests in
+	// progress: no tunnel, yet each holds an upstream (its active), so
+	// tunnels + requests_in_flight is what the rows' active add up to
+	// (SOCKS5 and CONNECT tunnels still dialing aside).
+	RequestsInFlight int64          `json:"requests_in_flight"`
+	Total            int            `json:"total"`
+	Matched          int            `json:"matched"`
+	Upstreams        []upstreamJSON `json:"upstreams"`
 }
 
 func (s *Server) status(q listQuery) statusJSON {
 	l := s.listRecords(q)
 	return statusJSON{
-		Now:       s.clock.Now().UTC().Format(time.RFC3339Nano),
-		States:    l.states,
-		Waiting:   s.pool.Waiting(),
-		Tunnels:   s.tunnels.count(),
-		Total:     l.total,
-		Matched:   l.matched,
-		Upstreams: l.page,
+		Now:              s.clock.Now().UTC().Format(time.RFC3339Nano),
+		States:           l.states,
+		Waiting:          s.pool.Waiting(),
+		Tunnels:          s.tunnels.count(),
+		RequestsInFlight: s.metrics.requestsInFlight(),
+		Total:            l.total,
+		Matched:          l.matched,
+		Upstreams:        l.page,
 	}
 }
 

@@ -4,7 +4,9 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"net/netip"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -301,6 +303,11 @@ func (c Config) Validate() error {
 type KeyError struct {
 	Key string
 	Err error
+	// Uses (optional) names the other keys a cross-field check read
+	// ("cooldown.refused.base" for max >= base): when one of them held an
+	// invalid value, a config check leaves the error out, since the
+	// default that stood in for it was never the user's.
+	Uses []string
 }
 
 func (e *KeyError) Error() string { return e.Key + ": " + e.Err.Error() }
@@ -308,6 +315,9 @@ func (e *KeyError) Unwrap() error { return e.Err }
 
 // ConfigKey returns Key; config checks find the key's line with it.
 func (e *KeyError) ConfigKey() string { return e.Key }
+
+// ConfigUses returns Uses.
+func (e *KeyError) ConfigUses() []string { return e.Uses }
 
 // KeyErr returns a *KeyError for key, its message formatted.
 func KeyErr(key, format string, a ...any) error { return keyErr(key, format, a...) }
@@ -374,10 +384,12 @@ func (p ClassPolicy) validate(key string, d ClassPolicy) []error {
 		eff.After = d.After
 	}
 	if eff.Base >= 0 && eff.Max >= 0 && eff.Max < eff.Base {
-		errs = append(errs, keyErr(key+".max", "must be >= base (max %s%s, base %s)", eff.Max, maxNote, eff.Base))
+		errs = append(errs, &KeyError{Key: key + ".max", Uses: []string{key + ".base"},
+			Err: fmt.Errorf("must be >= base (max %s%s, base %s)", eff.Max, maxNote, eff.Base)})
 	}
 	if p.PermanentAfter > 0 && eff.After > 0 && p.PermanentAfter < eff.After {
-		errs = append(errs, keyErr(key+".permanent_after", "must be >= after (permanent_after %d, after %d)", p.PermanentAfter, eff.After))
+		errs = append(errs, &KeyError{Key: key + ".permanent_after", Uses: []string{key + ".after"},
+			Err: fmt.Errorf("must be >= after (permanent_after %d, after %d)", p.PermanentAfter, eff.After)})
 	}
 	return errs
 }
@@ -433,7 +445,50 @@ func parseProbeURL(s string) (*url.URL, error) {
 	if u.User != nil {
 		return nil, errors.New("must not carry userinfo")
 	}
+	if err := checkProbeHost(u.Hostname()); err != nil {
+		return nil, err
+	}
+	// net/url takes any run of digits as the port: ":0" and ":99999"
+	// parse, and the dialers then refuse the target, which cooled every
+	// upstream with "invalid target address" for rotor's own mistake.
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return nil, errors.New("invalid port (want 1-65535)")
+		}
+	}
+	// The request line is "GET " + RequestURI + " HTTP/1.1": net/url
+	// escapes a space in the path but leaves one in the query as is.
+	if strings.Contains(u.RawQuery, " ") {
+		return nil, errors.New("space in the query (percent-encode it as %20)")
+	}
 	return u, nil
+}
+
+// checkProbeHost refuses a probe host that the upstream dialers would
+// refuse as a target (upstream's checkTargetHost, which health cannot
+// import): longer than 255 bytes (RFC 1928 §5), an IP literal with a
+// zone, or a name with a byte outside RFC 3986 §3.2.2's reg-name.
+func checkProbeHost(host string) error {
+	if len(host) > 255 {
+		return errors.New("host name longer than 255 bytes")
+	}
+	if ip, err := netip.ParseAddr(host); err == nil {
+		if ip.Zone() != "" {
+			return errors.New("host must not carry an IPv6 zone")
+		}
+		return nil
+	}
+	for i := 0; i < len(host); i++ {
+		c := host[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("-._~!$&'()*+,;=", c) >= 0 {
+			continue
+		}
+		if c > ' ' && c < 0x7f {
+			return fmt.Errorf("invalid character '%c' in host name", c)
+		}
+		return fmt.Errorf("invalid character %#02x in host name", c)
+	}
+	return nil
 }
 
 // dropQuoted removes the double-quoted parts of s and the space before

@@ -358,6 +358,9 @@ func CheckURL(u *url.URL) error {
 		return fmt.Errorf("unsupported scheme %q (socks5, http, https or direct)", u.Scheme)
 	}
 	if u.Opaque != "" {
+		if scheme == "direct" {
+			return errors.New("want direct:// (direct takes no host, port or credentials)")
+		}
 		return fmt.Errorf("want %s://[user:pass@]host:port", scheme)
 	}
 	if (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.ForceQuery || u.Fragment != "" {
