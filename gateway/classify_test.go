@@ -344,15 +344,15 @@ func TestExplainNoEligibleSaysWhetherItWaited(t *testing.T) {
 		ne   *upstream.NoEligibleError
 		want string
 	}{
-		{&upstream.NoEligibleError{Tags: []string{"nope"}}, `no eligible upstream: no upstream has tags "nope"`},
+		{&upstream.NoEligibleError{Tags: []string{"nope"}}, `no eligible upstream: no upstream has tags "nope"; check the tag-<tag> parameters of the proxy username (tags match exactly)`},
 		{&upstream.NoEligibleError{Tags: []string{"us"}, Matching: 2, Wait: 3 * time.Second},
-			`no eligible upstream: none of the 2 upstreams with tags "us" is eligible (waited pool.wait_for_upstream, 3s)`},
+			`no eligible upstream: none of the 2 upstreams with tags "us" is eligible (waited pool.wait_for_upstream, 3s); retry later`},
 		{&upstream.NoEligibleError{Matching: 3, Wait: 10 * time.Second},
-			"no upstream proxy became eligible (waited pool.wait_for_upstream, 10s)"},
+			"no upstream proxy became eligible (waited pool.wait_for_upstream, 10s); retry later"},
 		{&upstream.NoEligibleError{Matching: 1, AtRate: 1, Wait: time.Nanosecond},
-			"no eligible upstream: the only upstream is eligible but at its rate limit (pool.wait_for_upstream is 0s: no wait)"},
+			"no eligible upstream: the only upstream is eligible but at its rate limit (pool.wait_for_upstream is 0s: no wait); retry later"},
 		{&upstream.NoEligibleError{Matching: 3, Wait: time.Nanosecond},
-			"no upstream proxy is eligible (pool.wait_for_upstream is 0s: no wait)"},
+			"no upstream proxy is eligible (pool.wait_for_upstream is 0s: no wait); retry later"},
 	} {
 		cf := explain(tt.ne)
 		if cf.Status != http.StatusServiceUnavailable || cf.Reason != tt.want {

@@ -129,29 +129,65 @@ func explain(err error) clientFailure {
 			cf.SOCKS, cf.Status = repTTLExpired, http.StatusGatewayTimeout
 		}
 	default:
-		n := 1
+		n, waited := 1, false
 		if ae != nil {
-			n = len(ae.Attempts)
+			n, waited = len(ae.Attempts), ae.Waited
 		}
-		cf.Reason = fmt.Sprintf("every attempt failed (%d); last: upstream %s: %s at %s", n, name, f.Class, f.Stage)
+		// lead says what failed, before ": <class> at <stage> (…)"; who
+		// is the subject of a refusal's reason, before its verb ("all 3
+		// attempts failed; the last, upstream dc-1, refuses …").
+		lead := fmt.Sprintf("all %d attempts failed on the upstreams themselves; the last, upstream %s", n, name)
+		who := fmt.Sprintf("all %d attempts failed; the last, upstream %s,", n, name)
+		if n == 1 {
+			lead, who = "the attempt failed on upstream "+name+" itself", "upstream "+name
+		}
+		then := ""
+		if waited {
+			then = "; no other upstream became eligible within pool.wait_for_upstream"
+		}
+		cf.Reason = fmt.Sprintf("%s: %s at %s (%s)%s; retry later: rotor cools an upstream that fails and picks another",
+			lead, f.Class, f.Stage, classMeaning(f.Class), then)
 		switch code, _ := upstream.RefusalReplyCode(err); code {
 		case repAddrNotSupported:
 			// No upstream tried can reach this address type (an IPv6
 			// target through IPv4-only proxies); the client chose it.
 			cf.SOCKS = repAddrNotSupported
-			cf.Reason = fmt.Sprintf("every attempt failed (%d); last: upstream %s cannot reach this address type", n, name)
+			cf.Reason = who + " cannot reach this address type (an IPv6 target through an IPv4-only proxy)" + then +
+				"; send a host name or an IPv4 address instead"
 		case repGeneralFailure:
 			// A live SOCKS5 upstream could not do this one request
 			// (microsocks: the name does not resolve).
-			cf.Reason = fmt.Sprintf("every attempt failed (%d); last: upstream %s answered general failure for this destination", n, name)
+			cf.Reason = who + " answered general failure (SOCKS5 reply 1) for this destination, as small SOCKS5 servers do " +
+				"for a name that does not resolve or a connect that failed" + then + "; check the target's name and port"
 		case repNotAllowed:
-			// The last upstream refused this destination by policy
+			// The last upstream refused this destination by its policy
 			// (CONNECT 403, SOCKS5 reply 2): say so, as a proxy would.
 			cf.SOCKS, cf.Status = repNotAllowed, http.StatusForbidden
-			cf.Reason = fmt.Sprintf("every attempt failed (%d); last: upstream %s refuses this destination by its policy", n, name)
+			cf.Reason = who + " refuses this destination by its policy (proxies often allow CONNECT to port 443 only)" + then +
+				"; use a port the upstreams allow, or ask their operator to allow this one"
 		}
 	}
 	return cf
+}
+
+// classMeaning says in words what a failure class of an upstream means,
+// for the client's reason.
+func classMeaning(c health.Class) string {
+	switch c {
+	case health.Refused:
+		return "the proxy refused rotor's connection"
+	case health.Timeout:
+		return "the proxy did not answer in time"
+	case health.AuthRejected:
+		return "the proxy rejected rotor's credentials for it"
+	case health.UpstreamError:
+		return "the proxy answered with an error, or not in its protocol"
+	case health.SlowBody:
+		return "no answer came back in time"
+	case health.TargetHTTPError:
+		return "the answer's status counts against the upstream"
+	}
+	return "the upstream failed"
 }
 
 // noEligibleReason is the client's reason for an expired wait: what the
@@ -162,16 +198,32 @@ func noEligibleReason(ne *upstream.NoEligibleError) string {
 	msg, plain := ne.Error(), ne.Error() == upstream.ErrNoEligible.Error() // plain: nothing more to say
 	switch {
 	case ne.Wait <= 0:
-		return msg // tags nobody carries fail at once: there was no wait
+		return msg + noEligibleAdvice(ne) // tags nobody carries fail at once: there was no wait
 	case ne.Wait < time.Millisecond:
 		if plain {
 			msg = "no upstream proxy is eligible"
 		}
-		return msg + " (pool.wait_for_upstream is 0s: no wait)"
+		return msg + " (pool.wait_for_upstream is 0s: no wait)" + noEligibleAdvice(ne)
 	case plain:
 		msg = "no upstream proxy became eligible"
 	}
-	return fmt.Sprintf("%s (waited pool.wait_for_upstream, %s)", msg, ne.Wait)
+	return fmt.Sprintf("%s (waited pool.wait_for_upstream, %s)%s", msg, ne.Wait, noEligibleAdvice(ne))
+}
+
+// noEligibleAdvice says what the client can do about an expired wait,
+// after "; ": fix tags no upstream carries, wait for an operator when
+// every upstream it may use is disabled, else retry (the reason says when
+// the next one is due, when one cools).
+func noEligibleAdvice(ne *upstream.NoEligibleError) string {
+	switch {
+	case len(ne.Tags) > 0 && ne.Matching == 0:
+		return "; check the tag-<tag> parameters of the proxy username (tags match exactly)"
+	case ne.Matching == 1 && ne.Disabled == 1:
+		return "; retrying will not help until an operator enables it"
+	case ne.Matching > 0 && ne.Disabled == ne.Matching:
+		return "; retrying will not help until an operator enables one"
+	}
+	return "; retry later"
 }
 
 // socksCode returns the SOCKS5 reply code for a pool error.
