@@ -68,11 +68,12 @@ const maxUserPrefixes = 8
 //     user and what is wrong with the rest. Only a client that holds the
 //     user's password learns that the user exists, which it knew.
 //
-// Otherwise it is the bare "proxy authentication required".
+// Otherwise it is "proxy authentication required" saying that no username
+// was sent, or that the username or password is incorrect (not which).
 func (a *authenticator) refusal(raw, pass string, params userParams) string {
 	const bare = "proxy authentication required"
 	if raw == "" || len(a.clients) == 0 {
-		return bare
+		return bare + ": no username was sent; send the username and password rotor's operator gave you (Proxy-Authorization: Basic)"
 	}
 	pd := sha256.Sum256([]byte(pass))
 	base := params.User
@@ -93,7 +94,7 @@ func (a *authenticator) refusal(raw, pass string, params userParams) string {
 		// uuid session id has '-' in it). Says nothing of the users.
 		return bare + " (username parameters not understood: " + paramsSyntax + ")"
 	}
-	return bare
+	return bare + ": the username or password is incorrect"
 }
 
 // paramProblem says what in rest (the username after its user, without

@@ -17,6 +17,8 @@ func TestAuthRefusalSaysWhatDidNotParse(t *testing.T) {
 	a := newAuthenticator([]ClientConfig{{Username: "scraper", Password: "pw-1"}, {Username: "bob-eu", Password: "pw-2"}})
 	const bare = "proxy authentication required"
 	notUnderstood := bare + " (username parameters not understood: " + paramsSyntax + ")"
+	wrong := bare + ": the username or password is incorrect"
+	none := bare + ": no username was sent; send the username and password rotor's operator gave you (Proxy-Authorization: Basic)"
 	right := func(user, rest, problem string) string {
 		return bare + ` (the password is right for user "` + user + `", but rotor cannot read "` + rest +
 			`" after it as parameters: ` + problem + "; want " + paramsSyntax + ")"
@@ -33,14 +35,14 @@ func TestAuthRefusalSaysWhatDidNotParse(t *testing.T) {
 		{"bob-eu-sesion-a1", "pw-2", right("bob-eu", "-sesion-a1", `"sesion" is not a parameter (session or tag)`)},
 		// A password that is not the user's, or no such user: the same
 		// answers as for any name.
-		{"scraper-sesion-a1", "wrong", bare},
-		{"nobody-sesion-a1", "pw-1", bare},
-		{"bob-eu-sesion-a1", "pw-1", bare},
+		{"scraper-sesion-a1", "wrong", wrong},
+		{"nobody-sesion-a1", "pw-1", wrong},
+		{"bob-eu-sesion-a1", "pw-1", wrong},
 		{"scraper-session-", "wrong", notUnderstood},
 		{"nobody-session-", "pw-1", notUnderstood},
-		{"scraper", "wrong", bare},
-		{"scraper-session-a1", "wrong", bare},
-		{"", "", bare},
+		{"scraper", "wrong", wrong},
+		{"scraper-session-a1", "wrong", wrong},
+		{"", "", none},
 	}
 	for _, tc := range tests {
 		got := a.refusal(tc.user, tc.pass, parseUser(tc.user))

@@ -310,13 +310,13 @@ func TestExplain(t *testing.T) {
 		{"squid rejects a forwarded request", attempts(upstream.PlainAnswer(&upstream.ConnectStatusError{StatusCode: 414, Status: "414 URI Too Long", SquidError: "ERR_TOO_BIG 0"})),
 			repHostUnreachable, 414, "bad_request; upstream=up"},
 		{"squid refused 111", attempts(classify(&upstream.ConnectStatusError{StatusCode: 503, Status: "503 Service Unavailable", SquidError: "ERR_CONNECT_FAIL 111"})),
-			repConnRefused, 502, "target_unreachable; stage=target_connect; upstream=up"},
+			repConnRefused, 502, "target_unreachable; stage=target_connect; upstream=up; kind=refused"},
 		{"tinyproxy unable to connect", attempts(classify(&upstream.ConnectStatusError{StatusCode: 500, Status: "500 Unable to connect"})),
-			repConnRefused, 502, "target_unreachable; stage=target_connect; upstream=up"},
+			repConnRefused, 502, "target_unreachable; stage=target_connect; upstream=up; kind=refused"},
 		{"squid dns", attempts(classify(&upstream.ConnectStatusError{StatusCode: 503, Status: "503 Service Unavailable", SquidError: "ERR_DNS_FAIL 0"})),
-			repHostUnreachable, 502, "target_unreachable; stage=target_connect; upstream=up"},
-		{"socks rep 3", attempts(classify(&upstream.ReplyError{Code: 3})), repNetUnreachable, 502, "target_unreachable; stage=target_connect; upstream=up"},
-		{"target timeout", attempts(classify(&upstream.ReplyError{Code: 6})), repTTLExpired, 504, "target_timeout; stage=target_connect; upstream=up"},
+			repHostUnreachable, 502, "target_unreachable; stage=target_connect; upstream=up; kind=name_not_resolved"},
+		{"socks rep 3", attempts(classify(&upstream.ReplyError{Code: 3})), repNetUnreachable, 502, "target_unreachable; stage=target_connect; upstream=up; kind=network_unreachable"},
+		{"target timeout", attempts(classify(&upstream.ReplyError{Code: 6})), repTTLExpired, 504, "target_timeout; stage=target_connect; upstream=up; kind=timeout"},
 		{"address type", attempts(classify(&upstream.ReplyError{Code: 8})), repAddrNotSupported, 502, "upstream_error; stage=target_connect; upstream=up"},
 		{"policy refusal", attempts(classify(&upstream.ReplyError{Code: 2})), repNotAllowed, 403, "upstream_error; stage=target_connect; upstream=up"},
 		{"slow body scoped to its target", attempts(&health.Failure{Class: health.SlowBody, Stage: health.StageFirstByte, Scope: health.ScopeTarget}),
@@ -344,15 +344,15 @@ func TestExplainNoEligibleSaysWhetherItWaited(t *testing.T) {
 		ne   *upstream.NoEligibleError
 		want string
 	}{
-		{&upstream.NoEligibleError{Tags: []string{"nope"}}, `no eligible upstream: no upstream has tags "nope"`},
+		{&upstream.NoEligibleError{Tags: []string{"nope"}}, `no eligible upstream: no upstream has tags "nope"; check the tag-<tag> parameters of the proxy username (tags match exactly)`},
 		{&upstream.NoEligibleError{Tags: []string{"us"}, Matching: 2, Wait: 3 * time.Second},
-			`no eligible upstream: none of the 2 upstreams with tags "us" is eligible (waited pool.wait_for_upstream, 3s)`},
+			`no eligible upstream: none of the 2 upstreams with tags "us" is eligible (waited pool.wait_for_upstream, 3s); retry later`},
 		{&upstream.NoEligibleError{Matching: 3, Wait: 10 * time.Second},
-			"no upstream proxy became eligible (waited pool.wait_for_upstream, 10s)"},
+			"no upstream proxy became eligible (waited pool.wait_for_upstream, 10s); retry later"},
 		{&upstream.NoEligibleError{Matching: 1, AtRate: 1, Wait: time.Nanosecond},
-			"no eligible upstream: the only upstream is eligible but at its rate limit (pool.wait_for_upstream is 0s: no wait)"},
+			"no eligible upstream: the only upstream is eligible but at its rate limit (pool.wait_for_upstream is 0s: no wait); retry later"},
 		{&upstream.NoEligibleError{Matching: 3, Wait: time.Nanosecond},
-			"no upstream proxy is eligible (pool.wait_for_upstream is 0s: no wait)"},
+			"no upstream proxy is eligible (pool.wait_for_upstream is 0s: no wait); retry later"},
 	} {
 		cf := explain(tt.ne)
 		if cf.Status != http.StatusServiceUnavailable || cf.Reason != tt.want {

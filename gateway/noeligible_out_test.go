@@ -25,7 +25,7 @@ func TestNoEligibleReasonSaysWhyOut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := regexp.MustCompile(`^no eligible upstream: the only upstream is cooling \(refused\); due in [1-9][0-9]*s \(waited pool\.wait_for_upstream, 10ms\)$`)
+	want := regexp.MustCompile(`^no eligible upstream: the only upstream is cooling \(refused\); due in [1-9][0-9]*s \(waited pool\.wait_for_upstream, 10ms\); retry later$`)
 	if body := strings.TrimSpace(bodyOf(resp)); resp.StatusCode != http.StatusServiceUnavailable || !want.MatchString(body) {
 		t.Errorf("second request: %d %q\nwant 503 matching %s", resp.StatusCode, body, want)
 	}

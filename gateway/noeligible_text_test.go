@@ -23,7 +23,7 @@ func TestNoWaitReasonSaysSo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := "no eligible upstream: the only upstream is eligible but at its rate limit (pool.wait_for_upstream is 0s: no wait)"
+	want := "no eligible upstream: the only upstream is eligible but at its rate limit (pool.wait_for_upstream is 0s: no wait); retry later"
 	if body := strings.TrimSpace(bodyOf(resp)); resp.StatusCode != http.StatusServiceUnavailable || body != want {
 		t.Errorf("second request: %d %q\nwant 503 %q", resp.StatusCode, body, want)
 	}
