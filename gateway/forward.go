@@ -345,10 +345,11 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 			cf = clientFailure{Status: http.StatusBadGateway, Header: "upstream_closed; upstream=" + cu.upstream, Reason: cu.Error()}
 		case errors.As(err, &bad):
 			cf.Reason = bad.reason + " (behind upstream " + lastUpstream(err) + ")"
-		case errors.As(err, &ce) && ce.Plain && !errors.Is(err, upstream.ErrRequestRejected):
+		case errors.As(err, &ce) && ce.Plain && !errors.Is(err, upstream.ErrRequestRejected) && !strings.Contains(cf.Header, "; kind="):
 			// The last upstream's own answer: say what it was (squid's
 			// 502 ERR_TOO_BIG, 503 ERR_SHUTTING_DOWN), which a class and
-			// stage alone do not (a rejected request names it already).
+			// stage alone do not (a rejected request names it already, and
+			// a target failure of a known kind says it in its reason).
 			// Its text is bounded and scrubbed (PlainStatusError).
 			cf.Reason += ": " + ce.Error()
 		}
