@@ -63,7 +63,9 @@ func TestConnectAnswerScrubbed(t *testing.T) {
 	for _, tt := range []struct{ name, answer string }{
 		{"status line", "HTTP/1.1 403 denied u:" + own + " " + other + " " + token + "\r\n\r\n"},
 		{"x-squid-error", "HTTP/1.1 503 No\r\nX-Squid-Error: ERR_X u:" + own + " " + other + "\r\n\r\n"},
-		{"not HTTP", "SSH-2.0 u:" + own + " " + other + "\r\n\r\n"},
+		// Not HTTP: the error quotes the answer's first bytes only (as many
+		// as "HTTP/"), so the password sits there.
+		{"not HTTP", "u:" + own + " " + other + " SSH-2.0\r\n\r\n"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			addr := answerProxy(t, tt.answer)
