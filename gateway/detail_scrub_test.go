@@ -73,6 +73,15 @@ func TestFinalPassWholeWords(t *testing.T) {
 		{"a long password as a word", long, "said longpass1 here", "said xxxxx here"},
 		{"a long password after a colon", long, "user:longpass1", "user:xxxxx"},
 		{"a long password inside a word stays", long, "xlongpass1y", "xlongpass1y"},
+		// A password that is a word of letters is one rotor writes itself:
+		// hiding it told it (issue: "username/xxxxx rejected", "enabled
+		// by xxxxx", "restart re-check: xxxxx before the restart").
+		{"password \"password\": rotor's words", detailScrubber(url.UserPassword("sy", "password")),
+			"proxy_auth: auth_rejected: socks5: username/password rejected (status 2)", "proxy_auth: auth_rejected: socks5: username/password rejected (status 2)"},
+		{"password \"operator\": rotor's words", detailScrubber(url.UserPassword("sz", "operator")), "enabled by operator", "enabled by operator"},
+		{"password \"eligible\": rotor's words cut", detailScrubber(url.UserPassword("sq", "eligible")), "restart re-check: eligi…", "restart re-check: eligi…"},
+		{"a word password's Basic token is hidden", detailScrubber(url.UserPassword("sy", "password")),
+			"echo Basic " + base64.StdEncoding.EncodeToString([]byte("sy:password")), "echo Basic xxxxx"},
 		{"a long password cut at the end", long, "said longpa…", "said xxxxx…"},
 		{"a cut start inside a word stays", long, "said xlongpa…", "said xlongpa…"},
 		{"url userinfo, short password", short, "dial http://user:pass@h:1: refused", "dial http://user:xxxxx@h:1: refused"},

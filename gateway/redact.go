@@ -31,6 +31,24 @@ const redacted = "xxxxx"
 // their length.
 const minSecretLen = 8
 
+// finalPassHides reports whether the final pass hides secret sec as a
+// whole word: one of at least minSecretLen bytes that is not a word of
+// letters alone. A password such as "password", "operator" or "eligible"
+// is a word rotor writes itself ("username/password rejected", "enabled
+// by operator"): hiding it there told it to every reader of the API. Such
+// a secret is hidden where peer text enters rotor, like a short one.
+func finalPassHides(sec string) bool {
+	if len(sec) < minSecretLen {
+		return false
+	}
+	for i := 0; i < len(sec); i++ {
+		if c := sec[i]; !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z') {
+			return true
+		}
+	}
+	return false
+}
+
 // minCutLen is the shortest start of a secret hideCutSecret hides at the
 // end of a cut text.
 const minCutLen = 4
@@ -104,7 +122,7 @@ func redactText(s string, secrets ...string) string {
 	}
 	out := b.String()
 	for _, sec := range secrets {
-		if len(sec) < minSecretLen {
+		if !finalPassHides(sec) {
 			continue
 		}
 		out = replaceWords(out, sec)
@@ -200,7 +218,7 @@ func hideCutSecret(s string, secrets []string) string {
 		return s
 	}
 	for _, sec := range secrets {
-		if len(sec) < minSecretLen {
+		if !finalPassHides(sec) {
 			continue
 		}
 		for k := len(sec) - 1; k >= minCutLen; k-- {
