@@ -50,6 +50,28 @@ func (a *authenticator) checkDigest(user string, pass [32]byte) bool {
 	return ok == 1
 }
 
+// knownUser reports whether user (a base name) is a configured client's:
+// a failed login logs the name only then. A client that swapped its
+// username and password, or typed its password into the username field,
+// sent a secret there (issue: "user":"Cl1entPw" at debug).
+func (a *authenticator) knownUser(user string) bool {
+	u := sha256.Sum256([]byte(user))
+	ok := 0
+	for _, c := range a.clients {
+		ok |= subtle.ConstantTimeCompare(u[:], c.user[:])
+	}
+	return ok == 1
+}
+
+// loginUser is what a failed login's log line says of user: the name when
+// it is a configured client's, "(unknown)" for another non-empty one.
+func (a *authenticator) loginUser(user string) string {
+	if user == "" || a.knownUser(user) {
+		return user
+	}
+	return "(unknown)"
+}
+
 // paramsSyntax is the username syntax, for the client's 407.
 const paramsSyntax = "<user>[-session-<id>][-tag-<tag>]..., ids and tags without '-'"
 

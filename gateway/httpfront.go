@@ -58,7 +58,7 @@ func (s *Server) proxyAuth(w http.ResponseWriter, r *http.Request) (userParams, 
 	if have {
 		why = "wrong credentials"
 	}
-	s.log.Debug().Str("listener", "http").Str("client", r.RemoteAddr).Str("user", params.User).
+	s.log.Debug().Str("listener", "http").Str("client", r.RemoteAddr).Str("user", auth.loginUser(params.User)).
 		Str(errField, why).Msg("proxy authentication required")
 	s.metrics.tunnelDone("http", "client_auth")
 	return params, false

@@ -215,7 +215,7 @@ func (s *Server) socksHandshakeFailed(id uint64, c net.Conn, err error, clientAu
 	}
 	ev := s.log.Debug().Uint64("conn_id", id).Str("listener", "socks5").Str("client", c.RemoteAddr().String())
 	if u := parseUser(user).User; clientAuth && u != "" {
-		ev = ev.Str("user", u)
+		ev = ev.Str("user", s.auth.Load().loginUser(u))
 	}
 	ev.Err(err).Msg("socks5 handshake failed")
 	if clientAuth {

@@ -130,3 +130,35 @@ func TestSOCKSWrongCredentialsLogNamesUser(t *testing.T) {
 		t.Errorf("the password in the log:\n%s", logs)
 	}
 }
+
+// TestSwappedCredentialsLogNoPassword: a client that sends its password
+// as the username is logged as "(unknown)", on both fronts. Issue: at
+// debug, curl -x http://Cl1entPw:scraper@… logged "user":"Cl1entPw".
+func TestSwappedCredentialsLogNoPassword(t *testing.T) {
+	const pw = "Cl1entPw-s3cret"
+	srv, logs := startGateway(t, "[[client]]\nusername = \"scraper\"\npassword = \""+pw+"\"\n[[upstream]]\nurl = \"direct://\"\n")
+	if _, err := socksGet(t, srv.Addr("socks5"), pw, "scraper", "http://example.test/"); err == nil {
+		t.Fatal("socks5: swapped credentials accepted")
+	}
+	resp, err := httpGet(t, srv.Addr("http"), pw, "scraper", "http://example.test/", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 407 {
+		t.Fatalf("http: %d, want 407", resp.StatusCode)
+	}
+	for _, msg := range []string{"socks5 handshake failed", "proxy authentication required"} {
+		var lines []map[string]any
+		eventuallyTrue(t, msg, func() bool {
+			lines = linesWith(t, logs, msg)
+			return len(lines) > 0
+		})
+		if lines[0]["user"] != "(unknown)" {
+			t.Errorf("%q line %v, want user (unknown)", msg, lines[0])
+		}
+	}
+	if strings.Contains(logs.String(), "Cl1entPw") {
+		t.Errorf("the password in the log:\n%s", logs)
+	}
+}
