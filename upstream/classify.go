@@ -264,18 +264,18 @@ func PlainAnswer(ce *ConnectStatusError) *health.Failure {
 }
 
 // PlainStatusError is the *ConnectStatusError (Plain set) of e's own
-// error answer to a forwarded plain-HTTP request, its peer text through
-// PeerText with e's secrets (its password and Proxy-Authorization token),
-// as readConnectResponse does for an answer to CONNECT: ConnectStatusError's
-// Error hides every credential it can recognise, but only the caller knows
-// its own password, which a proxy that checks it can echo too. This text
-// goes into logs, the record's history and the client's 502.
+// error answer to a forwarded plain-HTTP request, from status and
+// squidError as the proxy sent them. Its peer text goes through PeerText
+// with every secret e's dialer knows (ScrubPeer: its own password and
+// Proxy-Authorization token, whatever their length, and DialConfig.Scrub),
+// as readConnectAnswer does for an answer to CONNECT; this text goes into
+// logs, the record's history and the client's 502. Classification reads
+// the raw reason phrase and squid's own word (squidText), not the
+// scrubbed text: with a 1-byte secret, scrubbed "ERR_INVALID_URL" or
+// "Unable to connect" no longer read as such.
 func (e *Endpoint) PlainStatusError(code int, status, squidError string) *ConnectStatusError {
-	var secrets []string
-	if d, ok := e.dialer.(*connectDialer); ok {
-		secrets = d.secrets()
-	}
-	return &ConnectStatusError{StatusCode: code, Status: PeerText(status, secrets...), SquidError: PeerText(squidError, secrets...), Plain: true}
+	return &ConnectStatusError{StatusCode: code, Status: e.PeerText(status), SquidError: squidText(squidError, e.PeerText),
+		Plain: true, reason: reasonPhrase(status)}
 }
 
 // plainAnswer re-classifies a failure the gateway's plain-HTTP forward
@@ -389,7 +389,7 @@ func (e *ConnectStatusError) classify() (health.Class, health.Stage) {
 		}
 	}
 	switch {
-	case code == 500 && strings.EqualFold(strings.TrimSpace(reasonPhrase(e.Status)), "Unable to connect"):
+	case code == 500 && strings.EqualFold(strings.TrimSpace(e.rawReason()), "Unable to connect"):
 		// tinyproxy: the target refused or never answered.
 		return health.TargetUnreachable, health.StageTargetConnect
 	case code == 504:
