@@ -33,6 +33,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -57,9 +58,9 @@ func (s *Server) adminHandler() http.Handler {
 	mux.HandleFunc("GET /api/status", s.serveAPIStatus)
 	mux.HandleFunc("GET /api/upstreams", s.serveList)
 	mux.HandleFunc("GET /api/upstreams/{name}", s.withEndpoint(s.serveOne))
-	mux.HandleFunc("POST /api/upstreams/{name}/disable", s.withEndpoint(s.serveDisable))
-	mux.HandleFunc("POST /api/upstreams/{name}/enable", s.withEndpoint(s.serveEnable))
-	mux.HandleFunc("POST /api/upstreams/{name}/report", s.withEndpoint(s.serveReport))
+	mux.HandleFunc("POST /api/upstreams/{name}/disable", s.withEndpoint(noActionParams(s.serveDisable)))
+	mux.HandleFunc("POST /api/upstreams/{name}/enable", s.withEndpoint(noActionParams(s.serveEnable)))
+	mux.HandleFunc("POST /api/upstreams/{name}/report", s.withEndpoint(noActionParams(s.serveReport)))
 
 	// Method-less patterns catch what the ones above refuse by method, so
 	// that a 405 carries a JSON body as well as the Allow header.
@@ -299,6 +300,30 @@ func (s *Server) withEndpoint(h func(http.ResponseWriter, *http.Request, *upstre
 		e := s.pool.Lookup(name)
 		if e == nil {
 			writeError(w, http.StatusNotFound, "unknown upstream "+quoteName(name))
+			return
+		}
+		h(w, r, e)
+	}
+}
+
+// noActionParams refuses, with a 400 that names it, any query parameter
+// of a POST action (disable, enable, report), before the action is done:
+// their fields go in the JSON body. They were accepted silently
+// (?detail=why kept no detail, ?dry_run=1 disabled the upstream), while
+// the GET endpoints refuse a parameter they do not know (noParams).
+func noActionParams(h func(http.ResponseWriter, *http.Request, *upstream.Endpoint)) func(http.ResponseWriter, *http.Request, *upstream.Endpoint) {
+	return func(w http.ResponseWriter, r *http.Request, e *upstream.Endpoint) {
+		v, err := queryValues(r)
+		if err == nil && len(v) > 0 {
+			keys := make([]string, 0, len(v))
+			for k := range v {
+				keys = append(keys, k)
+			}
+			slices.Sort(keys)
+			err = fmt.Errorf("unknown parameter %s (this action takes none: its fields go in the JSON body)", quoteName(keys[0]))
+		}
+		if err != nil {
+			writeError(w, http.StatusBadRequest, err.Error())
 			return
 		}
 		h(w, r, e)

@@ -698,35 +698,19 @@ func (e *keyError) Error() string { return e.err.Error() }
 func (e *keyError) Unwrap() error { return e.err }
 
 // schemeTypo explains a URL that starts with a known scheme but lacks the
-// "//" after its ':' ("direct:", "socks5:/x") or the ':' before its "//"
-// ("http//h:1"), with the hint for that scheme; nil for anything else. It
-// is shown as written unless what follows the scheme may hold a password
-// (an '@', or a last ':' not followed by a port), which redactURL hides.
+// "//" after its ':' or the ':' before its "//" (upstream.SchemeTypo,
+// which list files share), nil for anything else; the URL is shown as
+// written unless it may hold a password, which redactURL hides.
 func schemeTypo(raw string) error {
-	for _, sch := range []string{"socks5h", "socks5", "https", "http", "direct"} {
-		if len(raw) <= len(sch) || !strings.EqualFold(raw[:len(sch)], sch) {
-			continue
-		}
-		var prefix, missing string
-		switch {
-		case raw[len(sch)] == ':':
-			prefix, missing = raw[:len(sch)+1], `the "//" after `+strconv.Quote(raw[:len(sch)+1])+" is missing"
-		case strings.HasPrefix(raw[len(sch):], "//"):
-			prefix, missing = raw[:len(sch)+2], "the ':' after "+strconv.Quote(raw[:len(sch)])+" is missing"
-		default:
-			continue
-		}
-		rest, written := raw[len(prefix):], raw
-		if i := strings.LastIndex(rest, ":"); strings.Contains(rest, "@") || i >= 0 && strings.Trim(rest[i+1:], "0123456789") != "" {
-			written = redactURL(raw)
-		}
-		want := sch + "://[user:pass@]host:port"
-		if sch == "direct" {
-			want = "direct://"
-		}
-		return fmt.Errorf("upstream %q: want %s (%s)", shown(written), want, missing)
+	msg, asWritten, ok := upstream.SchemeTypo(raw)
+	if !ok {
+		return nil
 	}
-	return nil
+	written := raw
+	if !asWritten {
+		written = redactURL(raw)
+	}
+	return fmt.Errorf("upstream %q: %s", shown(written), msg)
 }
 
 // spec turns one [[upstream]] into a pool spec. Errors never carry the

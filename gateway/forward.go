@@ -920,7 +920,7 @@ func classifyProxyResponse(e *upstream.Endpoint, resp *http.Response) *health.Fa
 		// target-failure rule cools it whole when it happens at hosts
 		// other upstreams reach. Any website could otherwise take every
 		// http upstream out of the pool, one answer each.
-		f := &health.Failure{Class: c, Stage: st, Err: e.PlainStatusError(resp.StatusCode, e.PeerText(resp.Status), e.PeerText(squid))}
+		f := &health.Failure{Class: c, Stage: st, Err: e.PlainStatusError(resp.StatusCode, resp.Status, squid)}
 		if !c.IsTargetFailure() {
 			f.Scope = health.ScopeTarget
 		}

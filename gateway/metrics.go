@@ -15,6 +15,7 @@ package gateway
 import (
 	"fmt"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -215,108 +216,142 @@ type classStage struct {
 	s health.Stage
 }
 
-// removedKeep is how long the tracker keeps a removed upstream's record
-// (health's goneKeep): one back in the config within it gets it back.
-const removedKeep = 15 * time.Minute
-
 // failureBooks keeps rotor_failures_total, the pool-wide failure counter,
 // from going down when a reload removes an upstream (bug: the total was
 // the live records' sum, so it fell by the removed one's failures and
-// rate() read a reset). The failures of a removed upstream stay in the
-// total: while the tracker keeps its record (kept), so that one back in
-// the config, whose record brings them back, is not counted twice; then
-// for good (carried). A Collect pass finds removals by the endpoint set
-// changing, so it costs nothing between reloads, and asks the tracker for
-// its removed records only while some are kept.
+// rate() read a reset). The failures of a removed upstream are carried
+// into the total at the reload that removes it (reload), once, so that
+// no scrape timing can lose them: they were added at the next scrape,
+// from the record the tracker keeps 15 minutes, and a scrape gap over
+// those minutes spanning the removal lost them (the counter went down).
+// An upstream put back while the tracker keeps its record gets its
+// counts back in the live sums: reload takes them out of the carried
+// ones then, so they count once.
 type failureBooks struct {
 	mu sync.Mutex
-	// mu guards the fields below.
-	eps  []*upstream.Endpoint // the endpoint set of the last pass
-	keys map[string]bool      // its keys
-	// kept are the counts of removed upstreams whose records the tracker
-	// keeps, by key.
-	kept map[string]keptFailures
-	// carried are the counts of removed upstreams whose records the
-	// tracker no longer keeps.
+	// mu guards the fields below. A scrape (Collect) holds it across its
+	// sum of the live records and reload across the pool's update, so no
+	// scrape sees a removed upstream's failures both live and carried, or
+	// neither.
+	//
+	// carried are the counts of removed upstreams.
 	carried map[classStage]uint64
+	// byKey are those of the removed upstreams whose record the tracker
+	// may still give back, by key: they leave carried when it does.
+	byKey map[string]keptFailures
 }
 
 type keptFailures struct {
 	counts []health.FailureCount
-	at     time.Time // wall clock of the removal
+	at     time.Time // the tracker's clock at the removal
 }
 
-// add puts what the books hold into pool, the live records' sums, for
-// the pass over eps at now (wall clock).
-func (b *failureBooks) add(pool map[classStage]uint64, tr *health.Tracker, eps []*upstream.Endpoint, now time.Time) {
+// removedKeep is how long the tracker keeps a removed upstream's record
+// (health's goneKeep): one back in the config within it gets it back.
+const removedKeep = 15 * time.Minute
+
+// reload runs update, the pool's update from the endpoint set old to the
+// one update returns, and carries the failures of the upstreams it
+// removed into the books (and out of them for one whose kept record it
+// gave back). now is tr's clock.
+func (b *failureBooks) reload(tr *health.Tracker, old []*upstream.Endpoint, now time.Time, update func() ([]*upstream.Endpoint, error)) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	var left []string // keys of the last pass not in eps
-	if b.keys == nil || !sameSet(b.eps, eps) {
-		keys := make(map[string]bool, len(eps))
-		for _, e := range eps {
-			keys[e.Key] = true
+	for k, kf := range b.byKey {
+		if now.Sub(kf.at) >= removedKeep {
+			delete(b.byKey, k) // the tracker forgot it: carried for good
 		}
-		for k := range b.keys {
-			if !keys[k] {
-				left = append(left, k)
-			}
-		}
-		b.eps, b.keys = eps, keys
 	}
-	if len(left) > 0 || len(b.kept) > 0 {
-		gone := map[string]health.Removed{}
+	// Which of those the tracker still keeps, before the update gives
+	// them back.
+	var keptBefore map[string]bool
+	if len(b.byKey) > 0 {
+		keptBefore = map[string]bool{}
 		for _, g := range tr.ExportRemoved() {
-			gone[g.Snapshot.Key] = g
+			keptBefore[g.Snapshot.Key] = true
 		}
-		if b.kept == nil {
-			b.kept = map[string]keptFailures{}
+	}
+	eps, err := update()
+	if err != nil {
+		return err
+	}
+	oldKeys := make(map[string]*upstream.Endpoint, len(old))
+	for _, e := range old {
+		oldKeys[e.Key] = e
+	}
+	newKeys := make(map[string]bool, len(eps))
+	for _, e := range eps {
+		newKeys[e.Key] = true
+		kf, ok := b.byKey[e.Key]
+		if !ok || oldKeys[e.Key] != nil {
+			continue
 		}
-		for _, k := range left {
-			// A record the tracker did not keep (over its bound) has
-			// no counts to read any more: nothing to add.
-			if g, ok := gone[k]; ok && len(g.Snapshot.Counts) > 0 {
-				b.kept[k] = keptFailures{counts: g.Snapshot.Counts, at: g.At}
-			}
-		}
-		for k, kf := range b.kept {
-			if _, ok := gone[k]; ok {
-				continue
-			}
-			delete(b.kept, k)
-			// Back in the config within removedKeep of its removal: its
-			// record brought the counts back into the live sums. Else
-			// the tracker forgot it (an upstream back later is new):
-			// carried for good. A return near the limit is counted as
-			// forgotten: a total a little high, never one going down.
-			if b.keys[k] && now.Sub(kf.at) < removedKeep {
-				continue
-			}
-			if b.carried == nil {
-				b.carried = map[classStage]uint64{}
-			}
+		delete(b.byKey, e.Key)
+		// Back: its record holds the carried counts again when the
+		// tracker gave it back. A new record (the tracker had let the
+		// old one go) starts from none, and they stay carried.
+		if keptBefore[e.Key] && holds(tr.Stats(e.Record(), nil).Counts, kf.counts) {
 			for _, fc := range kf.counts {
-				b.carried[classStage{fc.Class, fc.Stage}] += fc.N
+				b.carried[classStage{fc.Class, fc.Stage}] -= fc.N
 			}
 		}
 	}
-	for _, kf := range b.kept {
-		for _, fc := range kf.counts {
-			pool[classStage{fc.Class, fc.Stage}] += fc.N
+	var gone map[string]health.Removed
+	for _, e := range old {
+		if newKeys[e.Key] {
+			continue
+		}
+		if gone == nil {
+			gone = map[string]health.Removed{}
+			for _, g := range tr.ExportRemoved() {
+				gone[g.Snapshot.Key] = g
+			}
+		}
+		// What the tracker keeps is what it gives back; a record it did
+		// not keep (over its bound) is read as it is.
+		counts := tr.Stats(e.Record(), nil).Counts
+		g, kept := gone[e.Key]
+		if kept {
+			counts = g.Snapshot.Counts
+		}
+		if len(counts) == 0 {
+			continue
+		}
+		if b.carried == nil {
+			b.carried = map[classStage]uint64{}
+		}
+		for _, fc := range counts {
+			b.carried[classStage{fc.Class, fc.Stage}] += fc.N
+		}
+		if kept {
+			if b.byKey == nil {
+				b.byKey = map[string]keptFailures{}
+			}
+			b.byKey[e.Key] = keptFailures{counts: slices.Clone(counts), at: now}
 		}
 	}
-	for k, n := range b.carried {
-		pool[k] += n
-	}
+	return nil
 }
 
-// sameSet tells whether a and b are the same endpoint set (the pool's
-// sets are immutable: a reload makes a new one).
-func sameSet(a, b []*upstream.Endpoint) bool {
-	if len(a) != len(b) {
-		return false
+// holds tells whether have counts at least want's, label by label.
+func holds(have, want []health.FailureCount) bool {
+	for _, w := range want {
+		i := slices.IndexFunc(have, func(h health.FailureCount) bool { return h.Class == w.Class && h.Stage == w.Stage })
+		if i < 0 || have[i].N < w.N {
+			return false
+		}
 	}
-	return len(a) == 0 || &a[0] == &b[0]
+	return true
+}
+
+// addCarried puts the carried counts into pool, the live records' sums.
+// The caller holds b.mu.
+func (b *failureBooks) addCarried(pool map[classStage]uint64) {
+	for k, n := range b.carried {
+		if n > 0 {
+			pool[k] += n
+		}
+	}
 }
 
 var (
@@ -365,6 +400,10 @@ func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		m[d][k] += v
 	}
+	// Held across the sum of the live records: a reload (books.reload)
+	// moves a removed upstream's failures from them to the carried ones.
+	c.books.mu.Lock()
+	defer c.books.mu.Unlock()
 	eps := c.s.pool.Endpoints()
 	perUpstream := c.s.cfg.Load().Metrics.perUpstream(len(eps))
 	states := map[health.State]int{}
@@ -406,7 +445,7 @@ func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
 			add(gauges, descState, key{n, s.String(), ""}, v)
 		}
 	}
-	c.books.add(pool, c.s.tr, eps, c.s.clock.Now())
+	c.books.addCarried(pool)
 	for _, st := range health.AllStates() {
 		ch <- prometheus.MustNewConstMetric(descUpstreams, prometheus.GaugeValue, float64(states[st]), st.String())
 	}

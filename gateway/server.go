@@ -239,7 +239,14 @@ func (s *Server) upstreamSpecs(cfg *Config) ([]upstream.Spec, map[string]int, er
 func (s *Server) apply(cfg *Config, specs []upstream.Spec, lists map[string]int) error {
 	before := s.statesByName()
 	old := s.pool.Endpoints()
-	added, removed, err := s.pool.Update(specs)
+	// The books carry the failures of the upstreams the update removes
+	// into rotor_failures_total as it happens (metrics.go).
+	var added, removed []string
+	err := s.metrics.books.reload(s.tr, old, s.clock.Now(), func() ([]*upstream.Endpoint, error) {
+		var err error
+		added, removed, err = s.pool.Update(specs)
+		return s.pool.Endpoints(), err
+	})
 	if err != nil {
 		return err
 	}

@@ -39,7 +39,8 @@ import (
 //	CONNECT X-Squid-Error ERR_INVALID_URL/_REQ, …   (not reported)      proxy_handshake  (4)
 //	CONNECT 500 "Unable to connect" (tinyproxy)     target_unreachable  target_connect   (3)
 //	CONNECT 504                                     target_timeout      target_connect
-//	CONNECT other 5xx (incl. 502/503 w/o squid tag) upstream_error      target_connect
+//	CONNECT 502/503 without a squid tag             upstream_error      target_connect   (6)
+//	CONNECT other 5xx, squid's other errors         upstream_error      target_connect
 //	CONNECT 403 (no squid auth tag)                 upstream_error      proxy_handshake  (1)
 //	CONNECT 429, other 1xx/3xx/4xx                  upstream_error      proxy_handshake
 //	malformed reply / garbage / EOF mid-handshake   upstream_error      as given
@@ -93,6 +94,16 @@ import (
 // REP 1 for several hosts that other upstreams reach cools entirely (the
 // target-failure rule), and a failing probe keeps it out. Before, every
 // dead domain a scraper asked for cooled each upstream it was tried on.
+//
+// (6) A generic http proxy (no X-Squid-Error) answering CONNECT with 502
+// or 503 most often could not reach the target (a name that does not
+// resolve, a refused port): scoped like (5), for that host only, another
+// upstream is tried, and the target-failure rule cools the upstream
+// entirely when it answers so for hosts other upstreams reach. It cooled
+// the upstream whole: one client's typo (CONNECT no-such-host.invalid:443)
+// emptied it for every client. A 503 of an overloaded proxy is scoped so
+// too; it shows at the next hosts, which the target rule then counts.
+// squid's tagged errors and tinyproxy's 500 keep their own rows.
 //
 // (4) The client's request is at fault (a URL or method the proxy rejects,
 // ErrRequestRejected), like ErrInvalidTarget: the attempt loop reports
@@ -213,8 +224,11 @@ func Classify(err error, stage health.Stage) *health.Failure {
 		}
 		c, s := ce.classify()
 		f := &health.Failure{Class: c, Stage: s, Err: err}
-		if ce.policyRefusal() {
+		switch {
+		case ce.policyRefusal():
 			f.Scope = health.ScopePort
+		case ce.gatewayFailure():
+			f.Scope = health.ScopeTarget
 		}
 		return f
 	case errors.As(err, &ae), errors.Is(err, ErrNoAcceptableMethod):
@@ -264,18 +278,18 @@ func PlainAnswer(ce *ConnectStatusError) *health.Failure {
 }
 
 // PlainStatusError is the *ConnectStatusError (Plain set) of e's own
-// error answer to a forwarded plain-HTTP request, its peer text through
-// PeerText with e's secrets (its password and Proxy-Authorization token),
-// as readConnectResponse does for an answer to CONNECT: ConnectStatusError's
-// Error hides every credential it can recognise, but only the caller knows
-// its own password, which a proxy that checks it can echo too. This text
-// goes into logs, the record's history and the client's 502.
+// error answer to a forwarded plain-HTTP request, from status and
+// squidError as the proxy sent them. Its peer text goes through PeerText
+// with every secret e's dialer knows (ScrubPeer: its own password and
+// Proxy-Authorization token, whatever their length, and DialConfig.Scrub),
+// as readConnectAnswer does for an answer to CONNECT; this text goes into
+// logs, the record's history and the client's 502. Classification reads
+// the raw reason phrase and squid's own word (squidText), not the
+// scrubbed text: with a 1-byte secret, scrubbed "ERR_INVALID_URL" or
+// "Unable to connect" no longer read as such.
 func (e *Endpoint) PlainStatusError(code int, status, squidError string) *ConnectStatusError {
-	var secrets []string
-	if d, ok := e.dialer.(*connectDialer); ok {
-		secrets = d.secrets()
-	}
-	return &ConnectStatusError{StatusCode: code, Status: PeerText(status, secrets...), SquidError: PeerText(squidError, secrets...), Plain: true}
+	return &ConnectStatusError{StatusCode: code, Status: e.PeerText(status), SquidError: squidText(squidError, e.PeerText),
+		Plain: true, reason: reasonPhrase(status)}
 }
 
 // plainAnswer re-classifies a failure the gateway's plain-HTTP forward
@@ -389,7 +403,7 @@ func (e *ConnectStatusError) classify() (health.Class, health.Stage) {
 		}
 	}
 	switch {
-	case code == 500 && strings.EqualFold(strings.TrimSpace(reasonPhrase(e.Status)), "Unable to connect"):
+	case code == 500 && strings.EqualFold(strings.TrimSpace(e.rawReason()), "Unable to connect"):
 		// tinyproxy: the target refused or never answered.
 		return health.TargetUnreachable, health.StageTargetConnect
 	case code == 504:
@@ -409,6 +423,18 @@ func (e *ConnectStatusError) classify() (health.Class, health.Stage) {
 // authentication problem (squid's ERR_CACHE_ACCESS_DENIED is auth_rejected).
 func (e *ConnectStatusError) policyRefusal() bool {
 	if e.StatusCode != 403 || strings.HasPrefix(e.SquidError, "ERR_TOO_BIG") { // an answer body over reply_body_max_size
+		return false
+	}
+	c, _ := e.classify()
+	return c == health.UpstreamError
+}
+
+// gatewayFailure reports a generic http proxy's 502 or 503 answering
+// CONNECT (see (6)): no X-Squid-Error, so not squid's own word, which
+// keeps its classes; tinyproxy's "500 Unable to connect" and a 504 are
+// target failures already.
+func (e *ConnectStatusError) gatewayFailure() bool {
+	if e.Plain || e.SquidError != "" || e.StatusCode != 502 && e.StatusCode != 503 {
 		return false
 	}
 	c, _ := e.classify()

@@ -87,8 +87,9 @@ func TestClassify(t *testing.T) {
 	// general failure for one request, are scoped to it: the policy
 	// refusals (proxies refuse by port) to its host:port, the others to
 	// its host.
+	// A generic proxy's 502/503 to CONNECT: it could not reach the target.
 	policy := map[string]health.Scope{"rep 1": health.ScopeTarget, "rep 2": health.ScopePort, "rep 8": health.ScopeTarget,
-		"403": health.ScopePort, "squid access denied": health.ScopePort}
+		"403": health.ScopePort, "squid access denied": health.ScopePort, "502": health.ScopeTarget, "503": health.ScopeTarget}
 	// Answers that blame the client's request are reported to no record.
 	rejected := map[string]bool{"squid invalid url": true, "squid unsupported request": true}
 	for _, tt := range tests {

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -32,11 +33,43 @@ type ConnectStatusError struct {
 	StatusCode int    // e.g. 407
 	Status     string // status line after the version, e.g. "407 Proxy Authentication Required"
 	// SquidError is the X-Squid-Error header ("ERR_CONNECT_FAIL 111"),
-	// squid's mark on errors it generated itself; empty when absent.
+	// squid's mark on errors it generated itself; empty when absent. A
+	// value that is squid's own word (squidWord) is kept as sent, any
+	// other is scrubbed (squidText).
 	SquidError string
 	// Plain marks the answer to a forwarded plain-HTTP request (absolute
 	// form, e.g. GET http://host/), not to CONNECT; see PlainAnswer.
 	Plain bool
+	// reason is the reason phrase as the proxy sent it, for
+	// classification only (tinyproxy's "Unable to connect"): Status is
+	// scrubbed against every secret rotor holds, and a 1-byte password
+	// "a" made "Unxxxxxble to connect" of it. It is never shown.
+	// Empty: the reason phrase of Status.
+	reason string
+}
+
+// squidWordRE matches an X-Squid-Error value squid writes itself: an
+// error name and an optional errno ("ERR_CONNECT_FAIL 111"). Such a
+// value carries nothing of rotor's request, so no secret.
+var squidWordRE = regexp.MustCompile(`^ERR_[A-Z_]+( [0-9]+)?$`)
+
+// squidText is the SquidError field for the header value v: v itself
+// when it is squid's own word, else v through peerText. Scrubbing squid's
+// word against a 1-byte secret ("1") made "ERR_CONNECT_FAIL xxxxx…" of
+// "ERR_CONNECT_FAIL 111", which classify then read wrong.
+func squidText(v string, peerText func(string) string) string {
+	if squidWordRE.MatchString(v) {
+		return v
+	}
+	return peerText(v)
+}
+
+// rawReason is the reason phrase classification reads (see reason).
+func (e *ConnectStatusError) rawReason() string {
+	if e.reason != "" {
+		return e.reason
+	}
+	return reasonPhrase(e.Status)
 }
 
 func (e *ConnectStatusError) Error() string {
@@ -211,7 +244,8 @@ func readConnectAnswer(r io.Reader, peerText func(string) string) (over []byte, 
 		return nil, &ConnectStatusError{
 			StatusCode: resp.StatusCode,
 			Status:     peerText(resp.Status),
-			SquidError: peerText(resp.Header.Get("X-Squid-Error")),
+			SquidError: squidText(resp.Header.Get("X-Squid-Error"), peerText),
+			reason:     reasonPhrase(resp.Status),
 		}
 	}
 	if n := br.Buffered(); n > 0 {

@@ -127,7 +127,83 @@ func readLine(br *bufio.Reader) (line []byte, tooLong bool, err error) {
 	}
 }
 
+// SchemeTypo explains raw, an upstream URL or a list line, that starts
+// with a known scheme but lacks the "//" after its ':' ("direct:",
+// "socks5:/x") or the ':' before its "//" ("http//h:1"): msg names what
+// is missing with the shape that scheme takes (`want direct:// (the "//"
+// after "direct:" is missing)`). asWritten is false when what follows the
+// scheme may hold a password (an '@', or a last ':' not followed by a
+// port): raw must then not be shown as written. ok is false for anything
+// else. The config's [[upstream]] url and a list file's line share it,
+// so both say the same.
+func SchemeTypo(raw string) (msg string, asWritten, ok bool) {
+	msg, asWritten, _, ok = schemeTypo(raw)
+	return msg, asWritten, ok
+}
+
+// schemeTypo is SchemeTypo, with slash set when a '/' follows the scheme
+// or its ':' ("http//", "socks5:/"), which no seller line starts with.
+func schemeTypo(raw string) (msg string, asWritten, slash, ok bool) {
+	for _, sch := range []string{"socks5h", "socks5", "https", "http", "direct"} {
+		if len(raw) <= len(sch) || !strings.EqualFold(raw[:len(sch)], sch) {
+			continue
+		}
+		var prefix, missing string
+		switch {
+		case strings.HasPrefix(raw[len(sch):], "://"):
+			return "", false, false, false // nothing is missing
+		case raw[len(sch)] == ':':
+			prefix, missing = raw[:len(sch)+1], `the "//" after `+strconv.Quote(raw[:len(sch)+1])+" is missing"
+			slash = strings.HasPrefix(raw[len(prefix):], "/")
+		case strings.HasPrefix(raw[len(sch):], "//"):
+			prefix, missing = raw[:len(sch)+2], "the ':' after "+strconv.Quote(raw[:len(sch)])+" is missing"
+			slash = true
+		default:
+			continue
+		}
+		rest := raw[len(prefix):]
+		i := strings.LastIndex(rest, ":")
+		asWritten = !strings.Contains(rest, "@") && (i < 0 || strings.Trim(rest[i+1:], "0123456789") == "")
+		want := sch + "://[user:pass@]host:port"
+		if sch == "direct" {
+			want = "direct://"
+		}
+		return "want " + want + " (" + missing + ")", asWritten, slash, true
+	}
+	return "", false, false, false
+}
+
+// listTypo is the error of a list line s that SchemeTypo explains, nil for
+// any other: a line whose scheme lacks a '/' or a ':' ("http//h:1" was
+// refused as invalid host "http//h", "direct:" as an invalid port) says
+// what the config's url says, shown as written unless it may hold a
+// password. A line that starts "http:" may still be user:pass:host:port
+// with a user "http": it is taken for a typo only when it does not parse
+// (err); one with a '/' after the scheme ("https//u:pw@h:1", read as the
+// user "https//u") never does.
+func listTypo(s string, err error) error {
+	msg, asWritten, slash, ok := schemeTypo(s)
+	if !ok || err == nil && !slash {
+		return nil
+	}
+	if len(s) >= len("direct") && strings.EqualFold(s[:len("direct")], "direct") {
+		msg += "; a list file takes socks5, http or https proxies"
+	}
+	if asWritten {
+		return fmt.Errorf("upstream %q: %s", s, msg)
+	}
+	return errors.New(msg)
+}
+
 func parseListLine(s, defaultScheme string) (*url.URL, error) {
+	u, err := parseListEntry(s, defaultScheme)
+	if terr := listTypo(s, err); terr != nil {
+		return nil, terr
+	}
+	return u, err
+}
+
+func parseListEntry(s, defaultScheme string) (*url.URL, error) {
 	if scheme, rest, ok := strings.Cut(s, "://"); ok {
 		// scheme://host:port:user:pass, as some tools export a list: not a
 		// URL (its "port" would be port:user:pass), so it is read as the
@@ -135,7 +211,7 @@ func parseListLine(s, defaultScheme string) (*url.URL, error) {
 		if sc := strings.ToLower(scheme); listSchemes[sc] {
 			if host, r, err := cutHost(rest); err == nil && !strings.Contains(host, "@") {
 				if port, creds, ok := strings.Cut(r, ":"); ok && isDigits(port) && creds != "" {
-					return parseListLine(rest, sc)
+					return parseListEntry(rest, sc)
 				}
 			}
 		}
