@@ -26,7 +26,7 @@ const redacted = "xxxxx"
 // and a short password hidden wherever it stands rewrote them ("probe
 // passed" read "probe xxxxxed" with the password "pass", which told it
 // to every reader of the API). Shorter secrets are hidden where peer text
-// enters rotor (scrubPeer, upstream.ScrubPeer), whatever their length.
+// enters rotor (scrubPeer, upstream.ScrubPeer), as whole words.
 // URL passwords, header values and Basic tokens are hidden whatever
 // their length.
 const minSecretLen = 8
@@ -232,13 +232,13 @@ func hideCutSecret(s string, secrets []string) string {
 }
 
 // peerSecrets returns the replacer that hides, in peer text and in
-// client-supplied details, every secret rotor holds under cfg, whatever
-// its length: the password of each upstream of the endpoint lists eps in
+// client-supplied details, every secret rotor holds under cfg (a short
+// one where it is a whole word: upstream.SecretReplacer): the password of each upstream of the endpoint lists eps in
 // every form rotor sends it (userinfoSecrets), each [[client]] password
 // and the Basic token of its user:password (what a client sends in
 // Proxy-Authorization, which an upstream or a target may echo), and the
 // admin token. nil when there is none.
-func peerSecrets(cfg *Config, eps ...[]*upstream.Endpoint) *strings.Replacer {
+func peerSecrets(cfg *Config, eps ...[]*upstream.Endpoint) *upstream.SecretReplacer {
 	var secrets []string
 	for _, list := range eps {
 		for _, e := range list {
@@ -261,7 +261,7 @@ func peerSecrets(cfg *Config, eps ...[]*upstream.Endpoint) *strings.Replacer {
 }
 
 // scrubPeer hides every secret rotor holds (peerSecrets of the config in
-// force) in text, whatever its length: text a peer sent, at the place it
+// force) in text (a short one where it is a whole word): text a peer sent, at the place it
 // enters rotor (the dialers' DialConfig.Scrub, a target's status line),
 // and the details clients and operators give the admin API. rotor's own
 // words never go through it.
@@ -270,17 +270,14 @@ func (s *Server) scrubPeer(text string) string { return s.peerSecrets.scrub(text
 // secretScrubber holds the peerSecrets of the config in force; apply
 // replaces it. The zero value hides nothing.
 type secretScrubber struct {
-	r atomic.Pointer[strings.Replacer]
+	r atomic.Pointer[upstream.SecretReplacer]
 }
 
 // set installs r (nil: nothing to hide).
-func (sc *secretScrubber) set(r *strings.Replacer) { sc.r.Store(r) }
+func (sc *secretScrubber) set(r *upstream.SecretReplacer) { sc.r.Store(r) }
 
 func (sc *secretScrubber) scrub(text string) string {
-	if r := sc.r.Load(); r != nil {
-		return r.Replace(text)
-	}
-	return text
+	return sc.r.Load().Replace(text) // nil hides nothing
 }
 
 // redactAuthority hides the password in s, the text after "scheme://" (or

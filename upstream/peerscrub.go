@@ -28,40 +28,113 @@ var (
 	_ health.PeerScrubber = (*directDialer)(nil)
 )
 
-// ScrubSecrets replaces, in s, every occurrence of each non-empty secret
-// with "xxxxx", in one pass: at each place the longest secret that
-// matches is taken, and a replacement is never matched again (a secret
-// "x" does not grow the "xxxxx" of another).
+// ScrubSecrets hides, in s, each non-empty secret (see SecretReplacer).
 func ScrubSecrets(s string, secrets ...string) string {
-	r := NewSecretReplacer(secrets...)
-	if r == nil {
-		return s
-	}
-	return r.Replace(s)
+	return NewSecretReplacer(secrets...).Replace(s)
 }
 
-// NewSecretReplacer returns the replacer of ScrubSecrets for secrets,
-// built once for many texts, or nil when none is non-empty.
-func NewSecretReplacer(secrets ...string) *strings.Replacer {
-	uniq := make([]string, 0, len(secrets))
+// minAnywhere is the length from which a secret of letters and digits
+// alone is hidden wherever it stands in peer text; a shorter one only
+// where it is a whole run of letters and digits.
+const minAnywhere = 8
+
+// SecretReplacer hides secrets in peer text. A secret of at least
+// minAnywhere bytes, or one holding a byte that is neither a letter nor a
+// digit ("p@ss", a Basic token's '='), is hidden wherever it stands, the
+// longest first, and a replacement is never matched again. A shorter one
+// of letters and digits alone is hidden only where it is a whole run of
+// them ("u:pw@h", "403 pw"): hidden inside words it rewrote the peer's
+// text and told the secret ("500 Unable txxxxx cxxxxxnnect" for the
+// password "o").
+type SecretReplacer struct {
+	anywhere *strings.Replacer
+	words    map[string]bool
+}
+
+// NewSecretReplacer returns the replacer of secrets, built once for many
+// texts, or nil (which hides nothing) when none is non-empty.
+func NewSecretReplacer(secrets ...string) *SecretReplacer {
+	var long []string
+	words := map[string]bool{}
 	seen := make(map[string]bool, len(secrets))
 	for _, sec := range secrets {
-		if sec != "" && !seen[sec] {
-			seen[sec] = true
-			uniq = append(uniq, sec)
+		switch {
+		case sec == "" || seen[sec]:
+		case len(sec) < minAnywhere && alnumOnly(sec):
+			words[sec] = true
+		default:
+			long = append(long, sec)
 		}
+		seen[sec] = true
 	}
-	if len(uniq) == 0 {
+	if len(long) == 0 && len(words) == 0 {
 		return nil
 	}
-	// strings.Replacer tries its pairs in argument order at each place:
-	// the longest first, so a secret holding another is hidden whole.
-	sort.SliceStable(uniq, func(i, j int) bool { return len(uniq[i]) > len(uniq[j]) })
-	pairs := make([]string, 0, 2*len(uniq))
-	for _, sec := range uniq {
-		pairs = append(pairs, sec, hidden)
+	sr := &SecretReplacer{}
+	if len(words) > 0 {
+		sr.words = words
 	}
-	return strings.NewReplacer(pairs...)
+	if len(long) > 0 {
+		// strings.Replacer tries its pairs in argument order at each
+		// place: the longest first, so a secret holding another is
+		// hidden whole.
+		sort.SliceStable(long, func(i, j int) bool { return len(long[i]) > len(long[j]) })
+		pairs := make([]string, 0, 2*len(long))
+		for _, sec := range long {
+			pairs = append(pairs, sec, hidden)
+		}
+		sr.anywhere = strings.NewReplacer(pairs...)
+	}
+	return sr
+}
+
+// Replace returns s with the secrets hidden.
+func (sr *SecretReplacer) Replace(s string) string {
+	if sr == nil {
+		return s
+	}
+	if sr.anywhere != nil {
+		s = sr.anywhere.Replace(s)
+	}
+	if sr.words == nil {
+		return s
+	}
+	var b strings.Builder
+	last := 0
+	for i := 0; i < len(s); {
+		if !isAlnumByte(s[i]) {
+			i++
+			continue
+		}
+		j := i
+		for j < len(s) && isAlnumByte(s[j]) {
+			j++
+		}
+		if sr.words[s[i:j]] {
+			b.WriteString(s[last:i])
+			b.WriteString(hidden)
+			last = j
+		}
+		i = j
+	}
+	if last == 0 {
+		return s
+	}
+	b.WriteString(s[last:])
+	return b.String()
+}
+
+func alnumOnly(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if !isAlnumByte(s[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func isAlnumByte(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
 }
 
 // ScrubPeer hides, in s, text a peer sent, the dialer's own credentials

@@ -108,3 +108,34 @@ func TestScrubSecrets(t *testing.T) {
 		}
 	}
 }
+
+// TestSecretReplacerShortWords: a short secret of letters and digits is
+// hidden in peer text only where it is a whole word. Issue: with an
+// upstream password "o" tinyproxy's answer read "500 Unable txxxxx
+// cxxxxxnnect" in the API, which told the password, and with "x" every
+// other hidden secret grew to 25 x's.
+func TestSecretReplacerShortWords(t *testing.T) {
+	for _, tt := range []struct {
+		secrets  []string
+		in, want string
+	}{
+		{[]string{"o"}, "500 Unable to connect", "500 Unable to connect"},
+		{[]string{"o"}, "403 denied u:o@h", "403 denied u:xxxxx@h"},
+		{[]string{"x", "longsecret1"}, "a longsecret1 b", "a xxxxx b"},
+		{[]string{"pw12"}, "echo pw12, not pw123", "echo xxxxx, not pw123"},
+		{[]string{"p@ss"}, "sent p@ssword", "sent xxxxxword"}, // not letters and digits alone: anywhere
+		{[]string{"longsecret1"}, "xlongsecret1y", "xxxxxxy"}, // long: anywhere
+	} {
+		r := NewSecretReplacer(tt.secrets...)
+		got := r.Replace(tt.in)
+		if got != tt.want {
+			t.Errorf("%q with %q = %q, want %q", tt.in, tt.secrets, got, tt.want)
+		}
+		if again := r.Replace(got); again != got {
+			t.Errorf("a second pass changed %q to %q", got, again)
+		}
+	}
+	if got := (*SecretReplacer)(nil).Replace("a"); got != "a" {
+		t.Errorf("nil replacer: %q", got)
+	}
+}
