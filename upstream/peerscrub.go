@@ -99,29 +99,7 @@ func (sr *SecretReplacer) Replace(s string) string {
 	if sr.words == nil {
 		return s
 	}
-	var b strings.Builder
-	last := 0
-	for i := 0; i < len(s); {
-		if !isAlnumByte(s[i]) {
-			i++
-			continue
-		}
-		j := i
-		for j < len(s) && isAlnumByte(s[j]) {
-			j++
-		}
-		if sr.words[s[i:j]] {
-			b.WriteString(s[last:i])
-			b.WriteString(hidden)
-			last = j
-		}
-		i = j
-	}
-	if last == 0 {
-		return s
-	}
-	b.WriteString(s[last:])
-	return b.String()
+	return hideRuns(s, isAlnumByte, 0, func(w string) bool { return sr.words[w] })
 }
 
 func alnumOnly(s string) bool {

@@ -107,21 +107,27 @@ func hideAuthHeaders(s string) string {
 // base64 alphabets (standard and URL-safe), then any '=' padding, of at
 // least 8 bytes that decode to printable text holding a ':'.
 func hideBasicTokens(s string) string {
+	return hideRuns(s, isBase64Byte, '=', func(w string) bool { return len(w) >= 8 && isCredentialToken(w) })
+}
+
+// hideRuns replaces with hidden each maximal run of bytes inRun in s (and
+// of pad bytes right after it, when pad is not 0) for which hide is true.
+func hideRuns(s string, inRun func(byte) bool, pad byte, hide func(string) bool) string {
 	var b strings.Builder
 	last := 0
 	for i := 0; i < len(s); {
-		if !isBase64Byte(s[i]) {
+		if !inRun(s[i]) {
 			i++
 			continue
 		}
 		j := i
-		for j < len(s) && isBase64Byte(s[j]) {
+		for j < len(s) && inRun(s[j]) {
 			j++
 		}
-		for j < len(s) && s[j] == '=' {
+		for pad != 0 && j < len(s) && s[j] == pad {
 			j++
 		}
-		if j-i >= 8 && isCredentialToken(s[i:j]) {
+		if hide(s[i:j]) {
 			b.WriteString(s[last:i])
 			b.WriteString(hidden)
 			last = j
