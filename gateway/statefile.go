@@ -84,6 +84,11 @@ type stateFile struct {
 	// writeMu guards the fields below.
 	lastRecords []byte // records part of the last write, to skip unchanged ones
 	lastErr     string // last write error logged (or said at start), to log each new one once
+	// unread says no state file was there to read at start (none, or a
+	// parent that was a file): one that appears before rotor's first
+	// write is set aside, not written over (bug: a state file put back
+	// after an unwritable start lost its operator disables and history).
+	unread bool
 
 	mu sync.Mutex
 	// mu guards the fields below.
@@ -460,6 +465,11 @@ func (s *Server) writeStateFile() (wrote bool, err error) {
 	fmt.Fprintf(&doc, "{\n  \"version\": %d,\n  \"written\": %s,\n  \"records\": ", stateVersion, written)
 	doc.Write(body)
 	doc.WriteString("\n}\n")
+	if sf.unread {
+		if err := s.keepAppeared(path); err != nil {
+			return false, err
+		}
+	}
 	if err := writeFileAtomic(path, doc.Bytes(), 0o600); err != nil {
 		// The directory's problem, when it has one, is the cause to
 		// name (the failed step would be "mkdir …" or "open
@@ -646,6 +656,32 @@ func (r stateRecord) configDisabled() bool {
 	return r.State == health.Disabled && r.Reason == health.Operator && r.Detail == configDisabledDetail
 }
 
+// keepAppeared sets aside a state file found at path before rotor's first
+// write when there was none to read at start: rotor did not read it and
+// does not write over it. Caller holds writeMu; unread is cleared once
+// nothing is left at path to keep.
+func (s *Server) keepAppeared(path string) error {
+	sf := &s.metrics.persist
+	info, err := os.Lstat(path)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			sf.unread = false // nothing appeared: this write makes the file rotor's
+		}
+		return nil // ENOTDIR and the like: the write says why
+	}
+	if !info.Mode().IsRegular() {
+		return nil // a directory: the write fails and says so
+	}
+	aside, err := s.setAside(path, "unread")
+	if err != nil {
+		return fmt.Errorf("state file %s appeared after start and could not be set aside (%w): not written over", path, pathCause(err))
+	}
+	sf.unread = false
+	s.log.Warn().Str("path", path).Str("aside", aside).
+		Msg("state file appeared after start (none could be read then): set aside, not read; to restore from it, stop rotor, move it back and start rotor")
+	return nil
+}
+
 // maxSkipLogged bounds the lines logged for unreadable records of one
 // state file; the rest are counted.
 const maxSkipLogged = 20
@@ -669,6 +705,10 @@ func (s *Server) loadState() error {
 	// written)", and then every write blamed "a file that could not be
 	// read or set aside" that was not there).
 	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
+		sf := &s.metrics.persist
+		sf.writeMu.Lock()
+		sf.unread = true
+		sf.writeMu.Unlock()
 		return nil
 	}
 	if err != nil {
@@ -681,7 +721,7 @@ func (s *Server) loadState() error {
 	}
 	doc, err := parseState(data)
 	if err != nil {
-		aside, rerr := s.setAside(path)
+		aside, rerr := s.setAside(path, "corrupt")
 		if rerr != nil {
 			s.blockState(fmt.Errorf("it is corrupt and could not be set aside (%w), and rotor does not write over it", pathCause(rerr)))
 			return fmt.Errorf("state file %s is corrupt (%v) and could not be set aside: %w (it will not be written)", path, err, rerr)
@@ -779,10 +819,10 @@ func (s *Server) blockState(why error) {
 	sf.mu.Unlock()
 }
 
-// setAside renames a corrupt state file to <path>.corrupt-<UTC timestamp>
+// setAside renames a state file rotor will not write over (corrupt, or unread) to <path>.<why>-<UTC timestamp>
 // without replacing an earlier one, and returns the new name.
-func (s *Server) setAside(path string) (string, error) {
-	base := path + ".corrupt-" + s.clock.Now().UTC().Format("20060102T150405Z")
+func (s *Server) setAside(path, why string) (string, error) {
+	base := path + "." + why + "-" + s.clock.Now().UTC().Format("20060102T150405Z")
 	for i := 0; i < 100; i++ {
 		aside := base
 		if i > 0 {
