@@ -439,7 +439,13 @@ func (s *Server) serveEnable(w http.ResponseWriter, r *http.Request, e *upstream
 		return
 	}
 	if err := s.tr.Enable(e.Record()); err != nil {
-		writeError(w, http.StatusConflict, "upstream "+e.Name+" is "+err.Error()+": set disabled = false in its entry and reload")
+		msg := "upstream " + e.Name + " is " + err.Error() + ": set disabled = false in its entry and reload"
+		if errors.Is(err, health.ErrOperatorHeld) {
+			// An operator disabled it before the config did: that disable
+			// outlasts the config's (issue: the 409's fix did not work).
+			msg += ", then enable it here"
+		}
+		writeError(w, http.StatusConflict, msg)
 		return
 	}
 	s.log.Info().Str("upstream", e.Name).Str("client", r.RemoteAddr).Msg("admin: upstream enabled")

@@ -43,3 +43,40 @@ func TestAdminEnableConfigDisabled(t *testing.T) {
 		t.Errorf("after the config enabled it: %v, want probe_allowed", rec["state"])
 	}
 }
+
+// TestAdminEnableOperatorThenConfigDisabled: an upstream an operator
+// disabled before its config did gets a 409 whose fix works: set
+// disabled = false and reload, THEN enable it here; the reload says why it
+// stays disabled. Issue: the 409 said only to set disabled = false, which
+// left it disabled with no word.
+func TestAdminEnableOperatorThenConfigDisabled(t *testing.T) {
+	f := newAdminFixture(t, adminConfig, fixedClock())
+	if code, _, body := f.do(t, "POST", "/api/upstreams/dc-1/disable", ""); code != http.StatusOK {
+		t.Fatalf("disable: %d %s", code, body)
+	}
+	reload := func(text string) {
+		t.Helper()
+		cfg, err := ParseConfig("admin_test.toml", []byte(text))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.srv.Reload(cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reload(strings.Replace(adminConfig, "name = \"dc-1\"\n", "name = \"dc-1\"\ndisabled = true\n", 1))
+	code, _, body := f.do(t, "POST", "/api/upstreams/dc-1/enable", "")
+	if code != http.StatusConflict || !strings.Contains(body, "disabled = false") || !strings.Contains(body, "then enable it here") {
+		t.Fatalf("enable: %d %s, want a 409 saying to reload with disabled = false, then enable", code, body)
+	}
+	reload(adminConfig)
+	if rec := f.record(t, "dc-1"); rec["state"] != "disabled" {
+		t.Fatalf("after disabled = false: %v, want still disabled (the operator's disable)", rec["state"])
+	}
+	if !strings.Contains(f.logs.String(), "an operator's disable from before still holds") {
+		t.Errorf("the reload did not say why it stays disabled:\n%s", f.logs)
+	}
+	if code, _, body := f.do(t, "POST", "/api/upstreams/dc-1/enable", ""); code != http.StatusOK {
+		t.Fatalf("enable after the reload: %d %s", code, body)
+	}
+}

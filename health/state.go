@@ -541,10 +541,15 @@ func (t *Tracker) configEnable(r *Record) {
 	if held {
 		r.configDisabled, r.opHeld = false, false
 	}
+	name := r.name
 	r.mu.Unlock()
 	if !held {
 		_ = t.enableAs(r, "enabled in config", false, true)
+		return
 	}
+	// Bug: nothing said why the record stayed disabled.
+	t.log.Info().Str("upstream", name).
+		Msg("the config no longer disables it, but an operator's disable from before still holds: enable it through the admin API")
 }
 
 // Enable moves a disabled or cooling r to probe_allowed and schedules a
@@ -564,6 +569,19 @@ func (t *Tracker) Enable(r *Record) error { return t.enable(r, "enabled by opera
 // ErrDisabledByConfig is Enable's refusal of an upstream its config entry
 // disables.
 var ErrDisabledByConfig = errors.New("disabled in the config (disabled = true): only the config enables it")
+
+// ErrOperatorHeld marks an ErrDisabledByConfig whose record an operator's
+// (or permanent_after's) disable holds too: the config's disabled = false
+// leaves it disabled, until an operator enables it.
+var ErrOperatorHeld error = operatorHeld{}
+
+type operatorHeld struct{}
+
+func (operatorHeld) Error() string {
+	return "disabled in the config (disabled = true) and by an operator's disable from before it"
+}
+
+func (operatorHeld) Is(target error) bool { return target == ErrDisabledByConfig }
 
 // CredentialsChanged tells the tracker that r's upstream credentials were
 // changed in the config (the record's dialer already uses the new ones). A
@@ -594,7 +612,11 @@ func (t *Tracker) enableAs(r *Record, detail string, creds, byConfig bool) error
 	switch s := State(r.state.Load()); {
 	case r.removed:
 	case s == Disabled && r.configDisabled && !creds && !byConfig:
+		held := r.opHeld
 		r.mu.Unlock()
+		if held {
+			return ErrOperatorHeld
+		}
 		return ErrDisabledByConfig
 	case s == ProbeAllowed && r.probing:
 		if creds {
