@@ -41,6 +41,11 @@ type NoEligibleError struct {
 	// waiting longer), when the wait expired.
 	AtMaxConns int
 	AtRate     int
+	// Freed counts the matching endpoints eligible and free when the wait
+	// expired, with a max_conns or rate limit: a slot or token came free
+	// as the wait ended (issue: the text said such an upstream "is not
+	// eligible", which /api/upstreams contradicted).
+	Freed int
 	// Cooling counts the matching endpoints cooling when the wait
 	// expired, by the class of their last failure (in class order, none
 	// zero); Probing those whose cooldown is over and whose probe is due
@@ -81,7 +86,7 @@ func (e *NoEligibleError) Error() string {
 	if len(e.Tags) > 0 {
 		what += " with tags " + tags
 	}
-	if len(e.Tags) == 0 && e.HostCooling == 0 && busy == 0 {
+	if len(e.Tags) == 0 && e.HostCooling == 0 && busy == 0 && e.Freed == 0 {
 		switch {
 		case out == "":
 			return ErrNoEligible.Error() // nothing to add
@@ -118,8 +123,12 @@ func (e *NoEligibleError) Error() string {
 			pronoun(busy, "its", "their"), limit, restOut(e.Matching-busy, out))
 	case e.Matching == 1 && out != "" && e.outCount() == 1:
 		return fmt.Sprintf("no eligible upstream: %s is %s", what, e.oneOut())
+	case e.Matching == 1 && e.Freed == 1:
+		return fmt.Sprintf("no eligible upstream: %s is eligible; its limit freed a slot or token only as the wait ended", what)
 	case e.Matching == 1:
 		return fmt.Sprintf("no eligible upstream: %s is not eligible", what)
+	case e.Freed > 0 && out == "":
+		return fmt.Sprintf("no eligible upstream: %s eligible; their limits freed a slot or token only as the wait ended", partOf(e.Freed, what, e.Matching))
 	case out != "":
 		return fmt.Sprintf("no eligible upstream: none of %s is eligible: %s", what, out)
 	}
@@ -317,6 +326,8 @@ func (a *Attempts) noEligible() error {
 			ne.AtRate++ // what it has is for the clients ahead
 		case p.lines.ahead(e.ld, a.w) && e.MaxConns > 0:
 			ne.AtMaxConns++
+		case e.MaxConns > 0 || e.limit != nil:
+			ne.Freed++
 		}
 	}
 	if list := s.viewOf(a).restricted(); list != nil {

@@ -29,6 +29,10 @@ func TestNoEligibleErrorText(t *testing.T) {
 		{NoEligibleError{Matching: 3, Host: "h.example", HostCooling: 2},
 			"no eligible upstream for h.example: 2 of the 3 upstreams are cooling for this host only (it refused or banned them), the other is out"},
 		{NoEligibleError{Matching: 3, Wait: time.Second}, "no eligible upstream"},
+		{NoEligibleError{Matching: 1, Tags: []string{"rl"}, Freed: 1},
+			`no eligible upstream: the only upstream with tags "rl" is eligible; its limit freed a slot or token only as the wait ended`},
+		{NoEligibleError{Matching: 3, Freed: 2},
+			"no eligible upstream: 2 of the 3 upstreams are eligible; their limits freed a slot or token only as the wait ended"},
 		{NoEligibleError{Tags: []string{"x"}}, `no eligible upstream: no upstream has tags "x"`},
 	}
 	for _, tc := range tests {
