@@ -181,3 +181,23 @@ func TestDrainIgnoresRepeatedSignalBinary(t *testing.T) {
 		t.Fatal("rotor still running 30s after its last tunnel closed")
 	}
 }
+
+// TestDrainSaysReloadIgnored: a SIGHUP during the drain reloads nothing
+// and says so. Issue: it was dropped without a line, and an operator who
+// edited the config during a drain saw nothing happen.
+func TestDrainSaysReloadIgnored(t *testing.T) {
+	t.Setenv("XDG_RUNTIME_DIR", t.TempDir())
+	target := echoTarget(t)
+	s := serve(t, "-config", drainConf(t))
+	c := openTunnel(t, s.listening(t, "http"), target)
+	s.sig <- syscall.SIGTERM
+	s.sig <- syscall.SIGHUP
+	echoes(t, c, "draining")
+	c.Close()
+	if code := s.waitExit(t, 20*time.Second); code != 0 {
+		t.Errorf("exit %d after a drained tunnel, want 0", code)
+	}
+	if !strings.Contains(s.stderr.String(), "reload ignored: rotor is draining") {
+		t.Errorf("the ignored reload was not logged:\n%s", s.stderr.String())
+	}
+}

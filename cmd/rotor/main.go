@@ -211,7 +211,8 @@ func drain(srv *gateway.Server, sigs <-chan os.Signal, first os.Signal, at time.
 				return
 			case sig := <-sigs:
 				if sig == syscall.SIGHUP {
-					continue // no reloads while draining
+					log.Info().Str("signal", sig.String()).Msg("reload ignored: rotor is draining") // no reloads while draining
+					continue
 				}
 				if time.Since(at) < repeatWindow {
 					log.Info().Str("signal", sig.String()).Msg("signal repeated at once: ignored (one sent later ends the drain)")
