@@ -967,7 +967,29 @@ type answeredConn struct {
 	rmu      sync.Mutex
 	answered atomic.Bool // a byte came from the peer
 	broken   atomic.Bool // a write failed after that: later writes are dropped
+	wfailed  atomic.Bool // a write failed (taken as written or not): the connection ended while a request was sent
 }
+
+// answeredOf returns the answeredConn under c, a connection a Transport
+// dialled (httptrace's GotConnInfo.Conn), or nil.
+func answeredOf(c net.Conn) *answeredConn {
+	for range 3 {
+		switch cc := c.(type) {
+		case *answeredConn:
+			return cc
+		case *notHTTPConn:
+			c = cc.Conn
+		default:
+			return nil
+		}
+	}
+	return nil
+}
+
+// writeFailed reports whether a write on c failed: the connection ended
+// (closed by the peer, reset, or torn down by the Transport after its
+// reader met that end) while a request was being sent on it.
+func (c *answeredConn) writeFailed() bool { return c != nil && c.wfailed.Load() }
 
 // letEarlyAnswers wraps c, a new connection of a Transport's, in an
 // answeredConn (nil stays nil).
@@ -993,6 +1015,9 @@ func (c *answeredConn) Write(p []byte) (int, error) {
 		return len(p), nil
 	}
 	n, err := c.Conn.Write(p)
+	if err != nil {
+		c.wfailed.Store(true)
+	}
 	if err != nil && (errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)) && c.answerCame() {
 		c.broken.Store(true)
 		return len(p), nil
