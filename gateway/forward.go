@@ -476,22 +476,35 @@ func interimTrace(ctx context.Context, iw interimWriter) context.Context {
 	if iw == nil {
 		return ctx
 	}
-	size := 0 // the interim heads' bytes so far, near enough
+	bound := interimBound()
 	return httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
 		Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
-			size += len("HTTP/1.1 102 Processing\r\n\r\n")
-			for k, vv := range h {
-				for _, v := range vv {
-					size += len(k) + len(": \r\n") + len(v)
-				}
-			}
-			if size > fwdMaxResponseHead {
-				return errRespHeadTooLarge
+			if err := bound(code, h); err != nil {
+				return err
 			}
 			iw.interim(code, http.Header(h))
 			return nil // a client gone shows at the final answer's writes
 		},
 	})
+}
+
+// interimBound returns a Got1xxResponse hook that bounds the interim
+// heads of one round trip, all of them within fwdMaxResponseHead: with
+// any such hook the Transport stops counting them itself.
+func interimBound() func(int, textproto.MIMEHeader) error {
+	size := 0 // the interim heads' bytes so far, near enough
+	return func(_ int, h textproto.MIMEHeader) error {
+		size += len("HTTP/1.1 102 Processing\r\n\r\n")
+		for k, vv := range h {
+			for _, v := range vv {
+				size += len(k) + len(": \r\n") + len(v)
+			}
+		}
+		if size > fwdMaxResponseHead {
+			return errRespHeadTooLarge
+		}
+		return nil
+	}
 }
 
 // stripFragment removes a fragment from r's target: it is the client's

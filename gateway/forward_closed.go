@@ -65,6 +65,12 @@ type connTrace struct {
 // request is out with ct tracing its round trip. The trace is composed
 // with one out's context has already (interimTrace's).
 func (ct *connTrace) request(out *http.Request) *http.Request {
+	// Given a Got1xxResponse hook the Transport leaves bounding the
+	// interim heads to it: interimTrace's does; without one, this one.
+	var bound func(int, textproto.MIMEHeader) error
+	if old := httptrace.ContextClientTrace(out.Context()); old == nil || old.Got1xxResponse == nil {
+		bound = interimBound()
+	}
 	return out.WithContext(httptrace.WithClientTrace(out.Context(), &httptrace.ClientTrace{
 		GotConn: func(i httptrace.GotConnInfo) {
 			// Each connection the Transport tries (it retries on another
@@ -80,9 +86,12 @@ func (ct *connTrace) request(out *http.Request) *http.Request {
 		// after it ended before any answer, as one that ends before any
 		// byte does. (The Transport reads on past it; an error after it
 		// means no final head came whole.)
-		Got1xxResponse: func(int, textproto.MIMEHeader) error {
+		Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
 			ct.answered.Store(false)
 			ct.interim.Store(true)
+			if bound != nil {
+				return bound(code, h)
+			}
 			return nil
 		},
 	}))
