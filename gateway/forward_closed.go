@@ -104,7 +104,9 @@ func (ct *connTrace) request(out *http.Request) *http.Request {
 // failed on after some of it was sent (the proxy ended it while the body
 // was coming: a proxy that lost its target answers so itself, squid with
 // a 502 of its own; that end is the proxy connection's, never the
-// target's). A request whose whole head and buffered body went in one
+// target's), or one that ended after an interim answer only (squid
+// relays the target's "100 Continue": the target was reached, and a proxy
+// that lost it later answers so itself). A request whose whole head and buffered body went in one
 // write, closed unanswered on a fresh connection, stays the target's
 // (tinyproxy closes so for a dead target). Neither a timeout
 // (slow_body) nor the client's cancel, which keep their meaning. Other
@@ -118,7 +120,8 @@ func (ct *connTrace) closedUnanswered(err error, e *upstream.Endpoint, method st
 		return err
 	}
 	sending := ct.conn.Load().writeFailed()
-	if !ct.reused.Load() && !(sending && e.AbsoluteForm() && body != nil && body.n.Load() > 0) {
+	proxyEnded := e.AbsoluteForm() && (sending && body != nil && body.n.Load() > 0 || ct.interim.Load())
+	if !ct.reused.Load() && !proxyEnded {
 		return err
 	}
 	why := "it went again, on another connection, which closed as well"

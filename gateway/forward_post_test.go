@@ -135,6 +135,7 @@ func TestForwardClosedWhileSending(t *testing.T) {
 		{"streamed, 100 Continue first", false, true},
 		{"streamed, nothing first", false, false},
 		{"buffered on a kept-alive connection, 100 Continue first", true, true},
+		{"buffered on a fresh connection, 100 Continue first", false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var n atomic.Int64
@@ -152,6 +153,10 @@ func TestForwardClosedWhileSending(t *testing.T) {
 					t.Fatalf("first POST: %d %q", resp.StatusCode, body)
 				}
 				resp, body = postBig(t, srv, "http://example.test/form", 100<<10/2, "Expect: 100-continue\r\n")
+			} else if tc.interim && !strings.Contains(tc.name, "streamed") {
+				// Sent whole before the end: no write fails, the 100
+				// Continue tells the target was reached.
+				resp, body = postBig(t, srv, "http://example.test/form", 5, "Expect: 100-continue\r\n")
 			} else {
 				// Larger than the sockets' buffers (4 MiB and some): the
 				// end comes while rotor is still writing it.
