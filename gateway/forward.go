@@ -477,22 +477,35 @@ func interimTrace(ctx context.Context, iw interimWriter) context.Context {
 	if iw == nil {
 		return ctx
 	}
-	size := 0 // the interim heads' bytes so far, near enough
+	bound := interimBound()
 	return httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
 		Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
-			size += len("HTTP/1.1 102 Processing\r\n\r\n")
-			for k, vv := range h {
-				for _, v := range vv {
-					size += len(k) + len(": \r\n") + len(v)
-				}
-			}
-			if size > fwdMaxResponseHead {
-				return errRespHeadTooLarge
+			if err := bound(code, h); err != nil {
+				return err
 			}
 			iw.interim(code, http.Header(h))
 			return nil // a client gone shows at the final answer's writes
 		},
 	})
+}
+
+// interimBound returns a Got1xxResponse hook that bounds the interim
+// heads of one round trip, all of them within fwdMaxResponseHead: with
+// any such hook the Transport stops counting them itself.
+func interimBound() func(int, textproto.MIMEHeader) error {
+	size := 0 // the interim heads' bytes so far, near enough
+	return func(_ int, h textproto.MIMEHeader) error {
+		size += len("HTTP/1.1 102 Processing\r\n\r\n")
+		for k, vv := range h {
+			for _, v := range vv {
+				size += len(k) + len(": \r\n") + len(v)
+			}
+		}
+		if size > fwdMaxResponseHead {
+			return errRespHeadTooLarge
+		}
+		return nil
+	}
 }
 
 // stripFragment removes a fragment from r's target: it is the client's
@@ -968,7 +981,29 @@ type answeredConn struct {
 	rmu      sync.Mutex
 	answered atomic.Bool // a byte came from the peer
 	broken   atomic.Bool // a write failed after that: later writes are dropped
+	wfailed  atomic.Bool // a write failed (taken as written or not): the connection ended while a request was sent
 }
+
+// answeredOf returns the answeredConn under c, a connection a Transport
+// dialled (httptrace's GotConnInfo.Conn), or nil.
+func answeredOf(c net.Conn) *answeredConn {
+	for range 3 {
+		switch cc := c.(type) {
+		case *answeredConn:
+			return cc
+		case *notHTTPConn:
+			c = cc.Conn
+		default:
+			return nil
+		}
+	}
+	return nil
+}
+
+// writeFailed reports whether a write on c failed: the connection ended
+// (closed by the peer, reset, or torn down by the Transport after its
+// reader met that end) while a request was being sent on it.
+func (c *answeredConn) writeFailed() bool { return c != nil && c.wfailed.Load() }
 
 // letEarlyAnswers wraps c, a new connection of a Transport's, in an
 // answeredConn (nil stays nil).
@@ -994,6 +1029,9 @@ func (c *answeredConn) Write(p []byte) (int, error) {
 		return len(p), nil
 	}
 	n, err := c.Conn.Write(p)
+	if err != nil {
+		c.wfailed.Store(true)
+	}
 	if err != nil && (errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)) && c.answerCame() {
 		c.broken.Store(true)
 		return len(p), nil

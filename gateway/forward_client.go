@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/rotor-proxy/rotor/health"
@@ -212,8 +213,9 @@ func (fc *fwdClient) exchange(ctx context.Context, pc *fwdConn, x *fwdExchange) 
 		}
 	}()
 	fc.writeRequest(pc.bw, x)
-	if err := pc.bw.Flush(); err != nil {
-		return nil, true, err
+	werr := pc.bw.Flush()
+	if werr != nil && !peerEndedWrite(werr) {
+		return nil, true, werr
 	}
 	if x.firstByte > 0 {
 		_ = pc.c.SetReadDeadline(time.Now().Add(x.firstByte))
@@ -227,6 +229,9 @@ func (fc *fwdClient) exchange(ctx context.Context, pc *fwdConn, x *fwdExchange) 
 	pc.lr.remain = fwdMaxResponseHead
 	pc.cut.reset()
 	if _, err := pc.br.Peek(1); err != nil {
+		if werr != nil {
+			return nil, true, werr // no early answer: the write's error tells what happened
+		}
 		return nil, true, err
 	}
 	if b, _ := pc.br.Peek(min(pc.br.Buffered(), len(httpPrefix))); fc.proxy && notHTTP(b) {
@@ -267,9 +272,21 @@ func (fc *fwdClient) exchange(ctx context.Context, pc *fwdConn, x *fwdExchange) 
 			_ = pc.c.SetDeadline(aLongTimeAgo)
 		}
 	}
-	reuse := !resp.Close
+	reuse := !resp.Close && werr == nil
 	resp.Body = &fwdBody{fc: fc, pc: pc, body: resp.Body, stop: stop, reuse: reuse}
 	return resp, false, nil
+}
+
+// peerEndedWrite reports whether err, a failed write of a request, is
+// the peer's end of the connection (a reset, or a write after its close:
+// ECONNRESET, EPIPE). The peer may have answered first, before the body
+// was all sent (a 413, a 401, as tinyproxy relays a target that answers
+// early and resets): exchange reads on, and relays that answer when it
+// came (as answeredConn lets the Transport do), or returns the write's
+// error when nothing did. A reset connection's read returns at once,
+// with the bytes that came before the reset or with its end.
+func peerEndedWrite(err error) bool {
+	return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
 // errNotHTTPReused is an answer that is not HTTP on a kept-alive

@@ -20,7 +20,24 @@ import (
 // port 80);
 // the others carry them through a tunnel from e's dialer.
 func (s *Server) transport(e *upstream.Endpoint, cfg *Config) http.RoundTripper {
-	key := trKey{transportKey(e), cfg.SlowBody.FirstByte, s.pool.Config().ConnectTimeout}
+	return s.transportOf(e, cfg, false)
+}
+
+// freshTransport is e's Transport for requests whose body cannot be
+// replayed (streamed: pool.retry_body_limit): each goes on a new
+// connection, closed after it. On a kept-alive one the upstream may end
+// the connection while the body is being sent (an idle timeout meeting
+// the request, or squid 5.7 ending a kept-alive client connection in the
+// middle of the next large POST, 1 to 2 in 25), and such a request
+// cannot go again: squid itself sends a request it could not retry only
+// on a new server connection (FwdState::checkRetriable).
+func (s *Server) freshTransport(e *upstream.Endpoint, cfg *Config) http.RoundTripper {
+	return s.transportOf(e, cfg, true)
+}
+
+// transportOf is transport, or with fresh freshTransport.
+func (s *Server) transportOf(e *upstream.Endpoint, cfg *Config, fresh bool) http.RoundTripper {
+	key := trKey{transportKey(e), cfg.SlowBody.FirstByte, s.pool.Config().ConnectTimeout, fresh}
 	if t, ok := s.transports.Load(key); ok {
 		return t.(http.RoundTripper)
 	}
@@ -40,7 +57,7 @@ func (s *Server) transport(e *upstream.Endpoint, cfg *Config) http.RoundTripper 
 		// be bounded per endpoint, so it keeps none (the lean client,
 		// which serves the replayable requests, keeps them within the
 		// limit).
-		DisableKeepAlives: e.MaxConns > 0,
+		DisableKeepAlives: e.MaxConns > 0 || fresh,
 	}
 	if cfg.SlowBody.FirstByte < 0 {
 		t.ResponseHeaderTimeout = 0
@@ -116,6 +133,7 @@ func (s *Server) connRoom(e *upstream.Endpoint) {
 type trKey struct {
 	u                  *url.URL
 	firstByte, connect time.Duration
+	fresh              bool // freshTransport's: a new connection for each request
 }
 
 // fwdKey is the s.transports key of an endpoint's fwdClient.
