@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
 	"io"
 	"net"
@@ -826,6 +827,7 @@ func (s *Server) writeResponse(w http.ResponseWriter, resp *http.Response, e *up
 		}
 	}
 	removeHop(h)
+	hideUpstreamToken(h, e)
 	h.Set("X-Rotor-Upstream", e.Name)
 	w.WriteHeader(resp.StatusCode)
 	var cut, done, writing atomic.Bool
@@ -896,6 +898,30 @@ func (s *Server) writeResponse(w http.ResponseWriter, resp *http.Response, e *up
 			return total, false, nil
 		case rerr != nil:
 			return total, cut.Load(), rerr
+		}
+	}
+}
+
+// hideUpstreamToken hides, in the answer's header values, the Basic token
+// of e's credentials: an upstream proxy that echoes rotor's
+// Proxy-Authorization would hand rotor's upstream password to the client.
+// The token (base64 of user:password, padded or not) matches nothing else;
+// bodies are relayed as they are.
+func hideUpstreamToken(h http.Header, e *upstream.Endpoint) {
+	if e.URL == nil || e.URL.User == nil {
+		return
+	}
+	pw, ok := e.URL.User.Password()
+	if !ok || pw == "" {
+		return
+	}
+	token := strings.TrimRight(base64.StdEncoding.EncodeToString([]byte(e.URL.User.Username()+":"+pw)), "=")
+	hide := strings.NewReplacer(token+"==", redacted, token+"=", redacted, token, redacted)
+	for _, vs := range h {
+		for i, v := range vs {
+			if strings.Contains(v, token) {
+				vs[i] = hide.Replace(v) // vs is the header's own slice
+			}
 		}
 	}
 }
