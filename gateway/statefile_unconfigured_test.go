@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/rotor-proxy/rotor/health"
+	"github.com/rotor-proxy/rotor/health/healthtest"
 )
 
 // TestStateFileKeepsUpstreamLeftOutWhileStopped: an upstream taken out of
@@ -24,19 +25,14 @@ func TestStateFileKeepsUpstreamLeftOutWhileStopped(t *testing.T) {
 	clk := fixedClock()
 
 	// Run 1: an operator disables bob; rotor stops.
-	a, _ := newStateServer(t, full, clk)
-	a.startStateFile()
-	a.tr.Disable(a.pool.Lookup("bob@127.0.0.1:2").Record(), "bad exit IPs")
-	a.stopStateFile()
+	disableBobAndStop(t, full, clk)
 
 	// Run 2, 20 minutes later (longer than a removed record is kept: the
 	// removal is seen now, not when the file was written): bob is gone
 	// from the config.
 	clk.Advance(20 * time.Minute)
 	seen := clk.Now()
-	b, logs := newStateServer(t, withoutBob, clk)
-	b.startStateFile()
-	b.stopStateFile()
+	logs := runStateStart(t, withoutBob, clk)
 	if !strings.Contains(logs.String(), `"stale":1`) || !strings.Contains(logs.String(), `"removed":1`) {
 		t.Errorf("the record of bob, out of the config, not logged as kept: %s", logs.String())
 	}
@@ -47,9 +43,7 @@ func TestStateFileKeepsUpstreamLeftOutWhileStopped(t *testing.T) {
 	// Run 3, 5 minutes later, still without bob: the record stays kept,
 	// removed when run 2 saw it gone.
 	clk.Advance(5 * time.Minute)
-	c, _ := newStateServer(t, withoutBob, clk)
-	c.startStateFile()
-	c.stopStateFile()
+	runStateStart(t, withoutBob, clk)
 	if got := removedIn(t, path); len(got) != 1 || !got["bob@127.0.0.1:2"].Equal(seen) {
 		t.Fatalf("state file after a second start without bob: removed %v, want bob removed at %v", got, seen)
 	}
@@ -84,21 +78,14 @@ func TestStateFileLeftOutExpires(t *testing.T) {
 	path := stateFilePath(dir)
 	clk := fixedClock()
 
-	a, _ := newStateServer(t, full, clk)
-	a.startStateFile()
-	a.tr.Disable(a.pool.Lookup("bob@127.0.0.1:2").Record(), "bad exit IPs")
-	a.stopStateFile()
+	disableBobAndStop(t, full, clk)
 
 	clk.Advance(time.Minute)
-	b, _ := newStateServer(t, withoutBob, clk)
-	b.startStateFile()
-	b.stopStateFile()
+	runStateStart(t, withoutBob, clk)
 
 	// 14m59s after run 2: kept still.
 	clk.Advance(15*time.Minute - time.Second)
-	c, _ := newStateServer(t, withoutBob, clk)
-	c.startStateFile()
-	c.stopStateFile()
+	runStateStart(t, withoutBob, clk)
 	if got := removedIn(t, path); len(got) != 1 {
 		t.Fatalf("bob's record dropped before its 15 minutes: removed %v", got)
 	}
@@ -135,9 +122,7 @@ func TestStateFileLeftOutConfigDisabled(t *testing.T) {
 	a.stopStateFile()
 
 	clk.Advance(time.Minute)
-	b, _ := newStateServer(t, withoutBob, clk)
-	b.startStateFile()
-	b.stopStateFile()
+	runStateStart(t, withoutBob, clk)
 
 	clk.Advance(time.Minute)
 	c, _ := newStateServer(t, full, clk)
@@ -185,4 +170,23 @@ func TestStateFileConfigDisableLifted(t *testing.T) {
 	if got := snapOf(t, c, "bob@127.0.0.1:2"); got.State != health.Disabled {
 		t.Errorf("bob disabled in the config: %v after the restart", got.State)
 	}
+}
+
+// runStateStart is one rotor run on text: a start that restores the state
+// file and a stop that writes it. It returns the run's log.
+func runStateStart(t *testing.T, text string, clk *healthtest.Clock) *logBuffer {
+	t.Helper()
+	srv, logs := newStateServer(t, text, clk)
+	srv.startStateFile()
+	srv.stopStateFile()
+	return logs
+}
+
+// disableBobAndStop is a run on text in which an operator disables bob.
+func disableBobAndStop(t *testing.T, text string, clk *healthtest.Clock) {
+	t.Helper()
+	srv, _ := newStateServer(t, text, clk)
+	srv.startStateFile()
+	srv.tr.Disable(srv.pool.Lookup("bob@127.0.0.1:2").Record(), "bad exit IPs")
+	srv.stopStateFile()
 }
