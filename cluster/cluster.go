@@ -105,7 +105,7 @@ type Cluster struct {
 	// writing marks the keys flush is writing now; a record read meanwhile
 	// waits in held (the newest) until the write's result is noted.
 	writing  map[string]bool
-	held     map[string]record
+	held     map[string]heldRecord
 	releases []string         // lease keys to release once pending is written
 	seen     map[string]int64 // newest record version applied or written, per key
 	// sums holds the content (record.sum) of the version seen, per key: the
@@ -188,7 +188,7 @@ func New(cfg Config, tr Tracker, log zerolog.Logger) (*Cluster, error) {
 		pwFrom:      pwFrom,
 		pending:     map[string][]health.RemoteState{},
 		writing:     map[string]bool{},
-		held:        map[string]record{},
+		held:        map[string]heldRecord{},
 		seen:        map[string]int64{},
 		sums:        map[string]uint64{},
 		recheck:     map[string]bool{},
@@ -446,8 +446,12 @@ func (c *Cluster) considerFrom(rec record, force, msg bool) {
 	c.mu.Lock()
 	c.noteOp(rec)
 	if c.writing[rec.Key] {
-		if h, ok := c.held[rec.Key]; !ok || rec.V > h.V {
-			c.held[rec.Key] = rec
+		// A forced read (TryProbe's settled record) stays forced: it
+		// must re-apply the version the write notes as seen.
+		if h, ok := c.held[rec.Key]; !ok || rec.V > h.rec.V {
+			c.held[rec.Key] = heldRecord{rec, force}
+		} else if rec.V == h.rec.V && force {
+			c.held[rec.Key] = heldRecord{h.rec, true}
 		}
 		c.mu.Unlock()
 		return
@@ -498,12 +502,19 @@ func (c *Cluster) considerFrom(rec record, force, msg bool) {
 func (c *Cluster) unheld(key string) {
 	c.mu.Lock()
 	delete(c.writing, key)
-	rec, ok := c.held[key]
+	h, ok := c.held[key]
 	delete(c.held, key)
 	c.mu.Unlock()
 	if ok {
-		c.consider(rec, false)
+		c.consider(h.rec, h.force)
 	}
+}
+
+// heldRecord is a record read while this instance's write of the same
+// upstream ran, with the force it was considered with.
+type heldRecord struct {
+	rec   record
+	force bool
 }
 
 // noteOp keeps the newest operator action rec knows of. Caller holds mu.

@@ -78,6 +78,52 @@ func TestClusterOwnRecordAppliesWhenAstray(t *testing.T) {
 	}
 }
 
+// TestClusterForcedReadDuringWriteStaysForced: TryProbe's forced apply of
+// a settled record that arrives while this instance's write of the same
+// upstream runs is applied once the write is noted, though the write made
+// that version the one seen. Bug: the held record was considered unforced,
+// dropped as already seen, and the instance stayed probe_allowed (CI flake
+// of TestClusterOwnRecordAppliesWhenAstray).
+func TestClusterForcedReadDuringWriteStaysForced(t *testing.T) {
+	rd := clustertest.Start(t)
+	trA := health.NewTracker(health.Config{StartEligible: true}, nil, zerolog.Nop())
+	a, err := New(Config{Redis: rd.URL(), Instance: "a"}, trA, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Close() })
+	trA.SetFleet(a, a, a.RetryInterval())
+	trA.Add("k", "up", nil, false)
+	trA.Disable(trA.Lookup("k"), "disabled via admin API")
+	a.mu.Lock()
+	q := a.pending["k"]
+	delete(a.pending, "k")
+	a.writing["k"] = true // flush took the batch
+	a.mu.Unlock()
+	if len(q) != 1 {
+		t.Fatalf("queued %+v", q)
+	}
+	if err := a.write(q[0]); err != nil {
+		t.Fatal(err)
+	}
+	rec := storedRecord(t, rd)
+	if rec.State != "disabled" {
+		t.Fatalf("stored %s", rec.State)
+	}
+	// The local state goes astray, then TryProbe's read of the stored
+	// disable arrives before the write's result is noted.
+	trA.ApplyRemote("k", health.RemoteState{Key: "k", State: health.ProbeAllowed, Reason: health.Operator,
+		Stage: health.StageOperator, At: time.Now()})
+	a.consider(rec, true)
+	if s := stateOf(trA); s != health.ProbeAllowed {
+		t.Fatalf("applied while the write ran: %v", s)
+	}
+	a.unheld("k")
+	if s := stateOf(trA); s != health.Disabled {
+		t.Errorf("after the write: %v, want the stored disable", s)
+	}
+}
+
 // TestClusterRecordReadDuringWriteWaits: a record read while this
 // instance's write of the same upstream runs is considered only once the
 // write's result is noted, so an older one (another instance's message,
