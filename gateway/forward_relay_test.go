@@ -3,13 +3,14 @@ package gateway
 import (
 	"bufio"
 	"fmt"
-	"github.com/rotor-proxy/rotor/health"
 	"io"
 	"net"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/rotor-proxy/rotor/health"
 )
 
 // TestForwardTargetRotorHeadersRemoved: X-Rotor-* fields in a target's

@@ -34,7 +34,6 @@ import (
 	"io/fs"
 	"net/url"
 	"os"
-	"path/filepath"
 	"sync"
 	"syscall"
 	"time"
@@ -483,99 +482,6 @@ func (s *Server) writeStateFile() (wrote bool, err error) {
 	return true, nil
 }
 
-// stateBlocked is the error of a write refused because of what is at
-// path (blockState).
-func stateBlocked(path string, why error) error {
-	return fmt.Errorf("state file %s not written: %w", path, why)
-}
-
-// stateUnwritable is the error of a state file at path that cannot be
-// written because of its directory (stateDirError).
-func stateUnwritable(path string, dirErr error) error {
-	return fmt.Errorf("state file %s cannot be written: %w", path, dirErr)
-}
-
-// stateDirError reports why no state file can be written at path, or
-// nil: the directory it goes in, or when that is missing the nearest of
-// its parents that exists (writeFileAtomic makes the rest), is not a
-// directory, cannot be looked at, or takes no new file (ownership, mode,
-// a read-only mount). It tries as each write does, creating and removing
-// a temporary file there, so that whatever decides for the writer
-// (ACLs, root, a read-only mount) decides here too.
-func stateDirError(path string) error {
-	dir := filepath.Dir(path)
-	at := dir
-	for {
-		info, err := os.Stat(at)
-		if err == nil {
-			if !info.IsDir() {
-				return fmt.Errorf("%s is not a directory", at)
-			}
-			break
-		}
-		// ENOTDIR: a parent of at is a file, found further up.
-		if !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR) {
-			return fmt.Errorf("directory %s cannot be looked at: %w", at, pathCause(err))
-		}
-		up := filepath.Dir(at)
-		if up == at {
-			return fmt.Errorf("directory %s: %w", at, pathCause(err))
-		}
-		at = up
-	}
-	f, err := os.CreateTemp(at, ".rotor-check-*")
-	if err != nil {
-		if at != dir {
-			return fmt.Errorf("directory %s does not exist and cannot be made in %s: %w", dir, at, pathCause(err))
-		}
-		return fmt.Errorf("cannot create a file in directory %s: %w", dir, pathCause(err))
-	}
-	name := f.Name()
-	_ = f.Close()
-	_ = os.Remove(name)
-	return nil
-}
-
-// stateFileError is -check's look at a state file at path: what would
-// keep rotor from ever writing it, or nil. Besides stateDirError's
-// reasons, a directory at path, or a file there that cannot be read
-// (rotor neither restores nor writes over one: loadState).
-func stateFileError(path string) error {
-	info, err := os.Stat(path)
-	switch {
-	case err == nil && info.IsDir():
-		return errors.New("it is a directory")
-	case err == nil:
-		f, err := os.Open(path)
-		if err != nil {
-			return fmt.Errorf("it exists and cannot be read (%w): rotor would neither restore it nor write over it", pathCause(err))
-		}
-		_ = f.Close()
-	}
-	if derr := stateDirError(path); derr != nil {
-		return derr
-	}
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("it cannot be looked at: %w", pathCause(err))
-	}
-	return nil
-}
-
-// pathCause is the cause of a *fs.PathError or *os.LinkError without the
-// path, for a message that names the path its own way (or not at all:
-// a temporary file's name changes at every write).
-func pathCause(err error) error {
-	var pe *fs.PathError
-	if errors.As(err, &pe) {
-		return pe.Err
-	}
-	var le *os.LinkError
-	if errors.As(err, &le) {
-		return le.Err
-	}
-	return err
-}
-
 // encodeRecords writes recs as a JSON array with one compact record per
 // line: a line per upstream stays greppable, and at 100,000 upstreams the
 // file is about a third smaller (and quicker to write) than indented
@@ -817,77 +723,4 @@ func (s *Server) blockState(why error) {
 	sf.mu.Lock()
 	sf.blockedBy = why
 	sf.mu.Unlock()
-}
-
-// setAside renames a state file rotor will not write over (corrupt, or unread) to <path>.<why>-<UTC timestamp>
-// without replacing an earlier one, and returns the new name.
-func (s *Server) setAside(path, why string) (string, error) {
-	base := path + "." + why + "-" + s.clock.Now().UTC().Format("20060102T150405Z")
-	for i := 0; i < 100; i++ {
-		aside := base
-		if i > 0 {
-			aside = fmt.Sprintf("%s.%d", base, i)
-		}
-		if _, err := os.Lstat(aside); err == nil {
-			continue
-		}
-		if err := os.Rename(path, aside); err != nil {
-			return "", err
-		}
-		_ = syncDir(filepath.Dir(path))
-		return aside, nil
-	}
-	return "", errors.New("too many set-aside files")
-}
-
-// writeFileAtomic replaces path with data: a temporary file in the same
-// directory, fsync, rename, fsync of the directory (so the rename itself
-// survives a crash).
-func writeFileAtomic(path string, data []byte, perm os.FileMode) (err error) {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o750); err != nil {
-		return err
-	}
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("create a temporary file in %s: %w", dir, pathCause(err))
-	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			_ = f.Close()
-			_ = os.Remove(tmp)
-		}
-	}()
-	// The errors leave out the temporary file's name, new at every write,
-	// so that writeState can tell a failure repeating from a new one.
-	step := func(what string, e error) error {
-		return fmt.Errorf("%s the temporary file in %s: %w", what, dir, pathCause(e))
-	}
-	if err = f.Chmod(perm); err != nil {
-		return step("chmod", err)
-	}
-	if _, err = f.Write(data); err != nil {
-		return step("write", err)
-	}
-	if err = f.Sync(); err != nil {
-		return step("sync", err)
-	}
-	if err = f.Close(); err != nil {
-		return step("close", err)
-	}
-	if err = os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("rename the temporary file over %s: %w", path, pathCause(err))
-	}
-	return syncDir(dir)
-}
-
-// syncDir fsyncs a directory so that a rename in it is durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }

@@ -12,10 +12,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"os/signal"
-	"sync"
 	"syscall"
 	"time"
 
@@ -183,113 +181,9 @@ func run(args []string, stdout, stderr io.Writer, notify notifyFunc) int {
 	return drain(srv, sigs, first, at, log)
 }
 
-// repeatWindow is how soon after the first a second SIGTERM or SIGINT is
-// taken as the same request, not a second one: GNU timeout (and other
-// supervisors) signal the process and then its process group, so rotor
-// gets SIGTERM twice within microseconds, and the drain ended at once.
-const repeatWindow = 100 * time.Millisecond
-
-// drain shuts srv down within shutdown_grace. A second SIGTERM or SIGINT
-// (at least repeatWindow after the first, received at at) ends the drain
-// at once: open tunnels are closed, the state file is written, and the
-// exit code is 128+signal, as for a process the signal killed, so a
-// supervisor sees the drain was cut short.
-func drain(srv *gateway.Server, sigs <-chan os.Signal, first os.Signal, at time.Time, log zerolog.Logger) int {
-	grace := srv.Config().ShutdownGrace
-	log.Info().Str("signal", first.String()).Dur("grace", grace).Msg("shutting down: draining tunnels")
-	ctx, cancel := context.WithTimeout(context.Background(), grace)
-	defer cancel()
-	code := 0
-	stopped := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { // owner: drain; ends when Shutdown has returned or at a second signal
-		defer wg.Done()
-		for {
-			select {
-			case <-stopped:
-				return
-			case sig := <-sigs:
-				if sig == syscall.SIGHUP {
-					log.Info().Str("signal", sig.String()).Msg("reload ignored: rotor is draining") // no reloads while draining
-					continue
-				}
-				if time.Since(at) < repeatWindow {
-					log.Info().Str("signal", sig.String()).Msg("signal repeated at once: ignored (one sent later ends the drain)")
-					continue
-				}
-				log.Warn().Str("signal", sig.String()).Msg("second signal: ending the drain now")
-				code = 1
-				if n, ok := sig.(syscall.Signal); ok {
-					code = 128 + int(n)
-				}
-				cancel()
-				return
-			}
-		}
-	}()
-	_ = srv.Shutdown(ctx)
-	close(stopped)
-	wg.Wait()
-	log.Info().Int("exit", code).Msg("stopped")
-	return code
-}
-
 // usage prints how to call rotor and every flag to w.
 func usage(fs *flag.FlagSet, w io.Writer) {
 	fmt.Fprintln(w, "Usage: rotor [-config FILE] [-check | -healthcheck | -version] [flags]")
 	fs.SetOutput(w)
 	fs.PrintDefaults()
-}
-
-// loadConfig loads path, or the defaults when path is "" (configFile).
-func loadConfig(path string) (*gateway.Config, error) {
-	if path == "" {
-		return gateway.Defaults(), nil
-	}
-	return gateway.LoadConfig(path)
-}
-
-// configFile is the file rotor runs from: path, else ./rotor.toml when
-// present, else "" (built-in defaults). Only a ./rotor.toml that does not
-// exist at all means the defaults: a symlink to nothing, or one rotor may
-// not look at, is an error, so that rotor never serves on the defaults
-// (which let the direct upstream reach private addresses) in place of the
-// config it was meant to read.
-func configFile(path string) (string, error) {
-	const local = "rotor.toml"
-	if path != "" {
-		return path, nil
-	}
-	if _, err := os.Lstat(local); errors.Is(err, fs.ErrNotExist) {
-		return "", nil
-	} else if err != nil {
-		return "", err
-	}
-	if _, err := os.Stat(local); err != nil {
-		target, _ := os.Readlink(local)
-		return "", fmt.Errorf("%s is a symlink to %s, which cannot be read (%w)", local, target, err)
-	}
-	return local, nil
-}
-
-func displayPath(cfg *gateway.Config) string { return displayPathOf(cfg.Path()) }
-
-// displayPathOf names the config file path for people: "built-in
-// defaults" when there is none.
-func displayPathOf(path string) string {
-	if path == "" {
-		return "built-in defaults"
-	}
-	return path
-}
-
-// isTerminal reports whether w is a character device (a terminal).
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
