@@ -312,7 +312,7 @@ func TestExplain(t *testing.T) {
 		{"squid refused 111", attempts(classify(&upstream.ConnectStatusError{StatusCode: 503, Status: "503 Service Unavailable", SquidError: "ERR_CONNECT_FAIL 111"})),
 			repConnRefused, 502, "target_unreachable; stage=target_connect; upstream=up; kind=refused"},
 		{"tinyproxy unable to connect", attempts(classify(&upstream.ConnectStatusError{StatusCode: 500, Status: "500 Unable to connect"})),
-			repConnRefused, 502, "target_unreachable; stage=target_connect; upstream=up; kind=refused"},
+			repHostUnreachable, 502, "target_unreachable; stage=target_connect; upstream=up"},
 		{"squid dns", attempts(classify(&upstream.ConnectStatusError{StatusCode: 503, Status: "503 Service Unavailable", SquidError: "ERR_DNS_FAIL 0"})),
 			repHostUnreachable, 502, "target_unreachable; stage=target_connect; upstream=up; kind=name_not_resolved"},
 		{"socks rep 3", attempts(classify(&upstream.ReplyError{Code: 3})), repNetUnreachable, 502, "target_unreachable; stage=target_connect; upstream=up; kind=network_unreachable"},

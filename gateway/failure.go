@@ -265,6 +265,10 @@ var (
 	kindReset       = targetKind{name: "reset", what: "the target reset the connection", code: repHostUnreachable}
 	kindUnreachable = targetKind{what: "the target is unreachable", code: repHostUnreachable}
 	kindTimeout     = targetKind{name: "timeout", what: "the target timed out", code: repTTLExpired}
+	// tinyproxy's 500 "Unable to connect" is its answer to a refused
+	// port, a name that does not resolve and an unreachable host alike,
+	// and its page gives no errno: rotor cannot say which.
+	kindNoReason = targetKind{what: "the upstream could not connect to the target (it does not say why: refused, unresolvable or unreachable)", code: repHostUnreachable}
 )
 
 // targetKindOf reads the kind of a target failure (f, the one err
@@ -370,7 +374,7 @@ func squidKind(ce *upstream.ConnectStatusError) targetKind {
 		return kindTimeout
 	case "":
 		if ce.StatusCode == http.StatusInternalServerError {
-			return kindRefused // tinyproxy
+			return kindNoReason // tinyproxy
 		}
 	}
 	return kindUnreachable

@@ -71,8 +71,8 @@ func TestTargetFailureKindOnTheWire(t *testing.T) {
 			"target_timeout; stage=target_connect; upstream=up; kind=timeout",
 			"the target timed out (reported by upstream up: ERR_CONNECT_FAIL 110)", repTTLExpired},
 		{"tinyproxy unable to connect", "http", upstreamtest.Mode{Fault: upstreamtest.Reply, Code: 500, Reason: "Unable to connect"}, 502,
-			"target_unreachable; stage=target_connect; upstream=up; kind=refused",
-			"the target refused the connection (reported by upstream up: 500 Unable to connect)", repConnRefused},
+			"target_unreachable; stage=target_connect; upstream=up",
+			"the upstream could not connect to the target (it does not say why: refused, unresolvable or unreachable) (reported by upstream up: 500 Unable to connect)", repHostUnreachable},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			url := "direct://"
