@@ -184,11 +184,23 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 		plainError(w, cf.Status, cf.Header, cf.Reason)
 		s.logForward(id, r, params.User, cur, att, err, 0, start)
 	}
+	// In flight from the first upstream picked: a request still waiting
+	// for one is rotor_waiting_clients' and holds no upstream's active.
+	inFlight := false
+	defer func() {
+		if inFlight {
+			s.metrics.requestEnd()
+		}
+	}()
 	for {
 		e, err := att.Next(ctx)
 		if err != nil {
 			fail(err)
 			return
+		}
+		if !inFlight {
+			inFlight = true
+			s.metrics.requestStart()
 		}
 		cur = e
 		var resp *http.Response

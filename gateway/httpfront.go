@@ -26,8 +26,6 @@ func (s *Server) proxyHandler() http.Handler {
 		case r.Method == http.MethodConnect:
 			s.serveConnect(w, r, params)
 		case r.URL.IsAbs() && strings.EqualFold(r.URL.Scheme, "http"):
-			s.metrics.requestStart()
-			defer s.metrics.requestEnd() // a panic too: recoverConn runs after
 			s.serveForward(w, r, params)
 		case r.URL.IsAbs():
 			plainError(w, http.StatusBadRequest, "bad_request", "rotor forwards only http:// URLs; use CONNECT for https://")

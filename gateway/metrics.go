@@ -126,7 +126,7 @@ func newMetrics(s *Server) *metrics {
 		}, func() float64 { return float64(s.tunnels.count()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "rotor_requests_in_flight",
-			Help: "Plain-HTTP forwarded requests in progress (no tunnel: rotor_tunnels_open leaves them out, rotor_upstream_active counts them on the upstream that carries them).",
+			Help: "Plain-HTTP forwarded requests in progress, from their first upstream picked (no tunnel: rotor_tunnels_open leaves them out, rotor_upstream_active counts them on the upstream that carries them).",
 		}, func() float64 { return float64(m.forwarding.Load()) }),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),

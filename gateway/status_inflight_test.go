@@ -116,3 +116,33 @@ func TestStatusCountsForwardedRequestsInFlight(t *testing.T) {
 		return json.Unmarshal([]byte(body), &st) == nil && st.Requests == 0 && st.Tunnels == 0
 	})
 }
+
+// TestStatusWaitingRequestNotInFlight: a plain-HTTP request waiting for an
+// eligible upstream is a waiting client, not a request in flight: it holds
+// no upstream, so requests_in_flight stayed 1 while every upstream's
+// active was 0, against the figures' documented sum.
+func TestStatusWaitingRequestNotInFlight(t *testing.T) {
+	srv, _ := startGateway(t, "[pool]\nwait_for_upstream = \"20s\"\n[[upstream]]\nurl = \"socks5://127.0.0.1:9\"\nname = \"off\"\ndisabled = true\n")
+	admin := "http://" + srv.Addr("admin")
+	c, err := net.Dial("tcp", srv.Addr("http"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	io.WriteString(c, "GET http://127.0.0.1:9/ HTTP/1.1\r\nHost: 127.0.0.1:9\r\n\r\n")
+	eventuallyTrue(t, "the request waiting", func() bool { return srv.Pool().Waiting() == 1 })
+	var st struct {
+		Waiting  int `json:"waiting"`
+		Requests int `json:"requests_in_flight"`
+	}
+	_, _, body := doRequest(t, admin, "GET", "/api/status", "")
+	if json.Unmarshal([]byte(body), &st) != nil || st.Waiting != 1 || st.Requests != 0 {
+		t.Errorf("/api/status while the request waits: %s; want waiting 1, requests_in_flight 0", body)
+	}
+	_, _, metrics := doRequest(t, admin, "GET", "/metrics", "")
+	for _, want := range []string{"\nrotor_requests_in_flight 0\n", "\nrotor_waiting_clients 1\n"} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %q", strings.TrimSpace(want))
+		}
+	}
+}
