@@ -375,29 +375,39 @@ func (f *h1Front) wait(ctx context.Context) bool {
 // canceled, as a SOCKS5 client gets 0x01): only its read side is shut, so
 // that a read of its body ends too, and the connection closes after the
 // answer. Every other connection (an answer under way, a tunnel not yet
-// registered, a head being read) is closed at once. cut returns how many
-// requests were running.
-func (f *h1Front) cut() int {
+// registered, a head being read) is closed at once. cut counts the
+// requests running and takes them from their connections now, and returns
+// the count and what cuts them, for the caller to run after its line.
+func (f *h1Front) cut() (int, func()) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	n := 0
+	var do []func()
 	for hc := range f.conns {
 		hc.wmu.Lock()
-		running := hc.cancel != nil
-		if running {
-			hc.cancel(errDrainCut)
-			hc.cancel = nil
+		cancel := hc.cancel
+		hc.cancel = nil
+		hc.wmu.Unlock()
+		if cancel != nil {
 			n++
 		}
-		hc.wmu.Unlock()
-		if running && !hc.answered.Load() {
-			if tc := tcpOf(hc.c); tc != nil && tc.CloseRead() == nil {
-				continue
+		do = append(do, func() {
+			if cancel != nil {
+				cancel(errDrainCut)
+				if !hc.answered.Load() {
+					if tc := tcpOf(hc.c); tc != nil && tc.CloseRead() == nil {
+						return
+					}
+				}
 			}
-		}
-		_ = hc.c.Close()
+			_ = hc.c.Close()
+		})
 	}
-	return n
+	return n, func() {
+		for _, d := range do {
+			d()
+		}
+	}
 }
 
 // serve runs the keep-alive loop: read a request, serve it, until the

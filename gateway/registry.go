@@ -69,6 +69,15 @@ func (r *registry) wait(ctx context.Context) bool {
 // A tunnel an earlier call closed, still ending, is neither closed again
 // nor counted (Shutdown calls it twice).
 func (r *registry) closeAll() int {
+	n, closeThem := r.takeAll()
+	closeThem()
+	return n
+}
+
+// takeAll is closeAll in two steps: it marks the open tunnels closed and
+// counts them now, and returns what closes them, so that the drain's line
+// that counts them is logged before the tunnels' own lines.
+func (r *registry) takeAll() (int, func()) {
 	r.mu.Lock()
 	closers := make([]func(), 0, len(r.open))
 	for id, c := range r.open {
@@ -82,8 +91,9 @@ func (r *registry) closeAll() int {
 		closers = append(closers, c)
 	}
 	r.mu.Unlock()
-	for _, c := range closers {
-		c()
+	return len(closers), func() {
+		for _, c := range closers {
+			c()
+		}
 	}
-	return len(closers)
 }

@@ -451,16 +451,21 @@ func (s *Server) Shutdown(ctx context.Context) error {
 // an earlier cut closed is not counted again.
 func (s *Server) cut(ctx context.Context) {
 	s.cutting.Store(true) // before anything is cut: see drainCut
-	requests := s.h1.cut() + s.dials.closeAll()
-	tunnels := s.tunnels.closeAll()
-	if requests == 0 && tunnels == 0 {
-		return
+	// Counted first, cut after the line, which so comes before the
+	// lines of what it cuts.
+	fwd, cutFwd := s.h1.cut()
+	dials, cutDials := s.dials.takeAll()
+	tunnels, cutTunnels := s.tunnels.takeAll()
+	if requests := fwd + dials; requests != 0 || tunnels != 0 {
+		msg := "shutdown grace over: closing open tunnels"
+		if errors.Is(ctx.Err(), context.Canceled) {
+			msg = "drain ended early: closing open tunnels" // a second signal
+		}
+		s.log.Warn().Int("requests", requests).Int("tunnels", tunnels).Msg(msg)
 	}
-	msg := "shutdown grace over: closing open tunnels"
-	if errors.Is(ctx.Err(), context.Canceled) {
-		msg = "drain ended early: closing open tunnels" // a second signal
-	}
-	s.log.Warn().Int("requests", requests).Int("tunnels", tunnels).Msg(msg)
+	cutFwd()
+	cutDials()
+	cutTunnels()
 }
 
 // closeAdmin shuts the admin listener's server down: requests in flight

@@ -155,11 +155,16 @@ func TestShutdownForceClosedTunnelsLogged(t *testing.T) {
 		t.Errorf("%d drain lines, want one with tunnels:10:\n%s", got, out)
 	}
 	var closed int
+	drainLine := false
 	for _, l := range strings.Split(out, "\n") {
+		drainLine = drainLine || strings.Contains(l, "closing open tunnels")
 		if !strings.Contains(l, `"message":"tunnel closed"`) {
 			continue
 		}
 		closed++
+		if !drainLine {
+			t.Errorf("a tunnel the drain closed is logged before the drain's line: %s", l)
+		}
 		if !strings.Contains(l, `"outcome":"shutdown"`) || !strings.Contains(l, `"level":"info"`) {
 			t.Errorf("a tunnel the drain closed: %s; want outcome shutdown at info", l)
 		}
