@@ -86,7 +86,12 @@ type Server struct {
 	peerSecrets secretScrubber
 
 	listCounts map[string]int // upstreams per list file in the running config (apply; Reload is serialised)
-	mu         sync.Mutex     // guards listeners and servers
+	// startAdded holds the start's "upstream added" lines until the state
+	// file has restored the records, so that each says the state its
+	// upstream starts in; applied marks the first apply done.
+	startAdded func()
+	applied    bool
+	mu         sync.Mutex // guards listeners and servers
 	listeners  map[string]net.Listener
 	servers    []*http.Server
 	wg         sync.WaitGroup // accept loops, conn handlers, prober
@@ -254,7 +259,16 @@ func (s *Server) apply(cfg *Config, specs []upstream.Spec, lists map[string]int)
 	if len(removed) > 0 {
 		s.removedSecrets.note(old, s.pool.Endpoints())
 	}
-	s.logApplied(cfg, added, removed, before)
+	if !s.applied && cfg.statePath() != "" {
+		// At start the state file restores records after this: the
+		// lines come then (startStateFile), with the restored states; an
+		// upstream's "added to=probe_allowed" then "restored: cooling"
+		// read as two changes.
+		s.startAdded = func() { s.logApplied(cfg, added, removed, before) }
+	} else {
+		s.logApplied(cfg, added, removed, before)
+	}
+	s.applied = true
 	s.logRenamed(old, s.pool.Endpoints())
 	s.listCounts = lists
 	if s.fleet != nil {

@@ -200,6 +200,10 @@ func (s *Server) startStateFile() {
 	if err := s.loadState(); err != nil {
 		s.log.Error().Err(err).Str("path", path).Msg("state file not restored")
 	}
+	if s.startAdded != nil {
+		s.startAdded()
+		s.startAdded = nil
+	}
 	sf.mu.Lock()
 	blockedBy := sf.blockedBy
 	sf.mu.Unlock()

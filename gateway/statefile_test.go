@@ -613,3 +613,34 @@ func TestStateFileBadRecordSkipped(t *testing.T) {
 		t.Errorf("restore not logged with its counts: %s", logs.String())
 	}
 }
+
+// TestStateFileStartAddedLinesSayRestoredState: at start the "upstream
+// added" lines come once the state file is restored and give the state
+// each upstream starts in. Bug: they came before the restore, so a cooling
+// upstream read "added to=probe_allowed", then "restored: cooling".
+func TestStateFileStartAddedLinesSayRestoredState(t *testing.T) {
+	dir := t.TempDir()
+	text := stateConfig(dir)
+	clk := fixedClock()
+	a, _ := newStateServer(t, text, clk)
+	a.pool.Report(a.pool.Lookup("dc-1"), &health.Failure{Class: health.Refused, Stage: health.StageDial})
+	a.startStateFile()
+	a.stopStateFile()
+
+	clk.Advance(time.Second)
+	b, logs := newStateServer(t, text, clk)
+	if out := logs.String(); strings.Contains(out, `"message":"upstream added"`) {
+		t.Errorf("added lines before the state file is read:\n%s", out)
+	}
+	b.startStateFile()
+	t.Cleanup(b.stopStateFile)
+	out := logs.String()
+	added := strings.Index(out, `{"level":"info","upstream":"dc-1","to":"cooling","message":"upstream added"}`)
+	restored := strings.Index(out, `"message":"state file restored"`)
+	if added < 0 || restored < 0 || added < restored || strings.Contains(out, `"upstream":"dc-1","to":"probe_allowed"`) {
+		t.Errorf("want dc-1 added to=cooling after the state file's line:\n%s", out)
+	}
+	if strings.Count(out, `"message":"upstream added"`) != 2 {
+		t.Errorf("want one added line per upstream:\n%s", out)
+	}
+}
