@@ -125,10 +125,18 @@ type Cluster struct {
 	// per key (clamp).
 	clamps map[string]clampNote
 
-	// credMu guards creds and credWarned.
+	// credMu guards pws, credKey, credStored, creds and credWarned.
 	credMu sync.Mutex
+	// pws holds this instance's password per upstream key
+	// (SetCredentials): never logged or written, only fingerprinted.
+	pws map[string]string
+	// credKey is the fleet's fingerprint key (cred.go): derived from the
+	// Redis password, or read from Redis (credStored; nil until then).
+	credKey     []byte
+	credStored  bool
+	credKeyName string // "<prefix>:credkey"
 	// creds holds the fingerprint of this instance's credentials per
-	// upstream key (SetCredentials); never a password.
+	// upstream key (empty while credKey is not known).
 	creds map[string]string
 	// credWarned marks the keys whose credential disagreement was logged.
 	credWarned map[string]bool
@@ -194,7 +202,13 @@ func New(cfg Config, tr Tracker, log zerolog.Logger) (*Cluster, error) {
 		ops:         map[string]stamp{},
 		clamps:      map[string]clampNote{},
 		creds:       map[string]string{},
+		credKeyName: cfg.Prefix + ":credkey",
 		credWarned:  map[string]bool{},
+	}
+	if opt.Password != "" {
+		c.credKey = keyFromPassword(opt.Password)
+	} else {
+		c.credStored = true
 	}
 	opt.Dialer = c.recordDial(redis.NewDialer(opt))
 	c.rdb = redis.NewClient(opt)

@@ -1,9 +1,6 @@
 package cluster
 
 import (
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"hash/fnv"
 	"time"
@@ -41,17 +38,6 @@ type record struct {
 	// using other credentials for the upstream keep their own state.
 	Cred string `json:"cred,omitempty"`
 	Hist []hist `json:"hist,omitempty"`
-}
-
-// fingerprint tells an upstream's credentials apart across instances
-// without showing them: HMAC-SHA256 of the password keyed with the
-// upstream's identity, truncated to 8 bytes (hex). Keyed, so equal
-// passwords of two upstreams differ and no table of unkeyed hashes of
-// common passwords applies.
-func fingerprint(identity, password string) string {
-	m := hmac.New(sha256.New, []byte(identity))
-	_, _ = m.Write([]byte(password))
-	return hex.EncodeToString(m.Sum(nil)[:8])
 }
 
 // credFailure reports whether rec is a failure that depends on the

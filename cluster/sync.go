@@ -72,6 +72,17 @@ func (c *Cluster) check() bool {
 		return false
 	}
 	c.mu.Lock()
+	again := gen != c.gen || c.down || !c.connected.Load()
+	c.mu.Unlock()
+	if again {
+		// The fleet's fingerprint key, before any write (a Redis that
+		// restarted empty gets it back from the first instance to see it).
+		if err := c.loadCredKey(ctx); err != nil {
+			c.setDown(err)
+			return false
+		}
+	}
+	c.mu.Lock()
 	fresh := gen != c.gen || c.down || !c.connected.Load()
 	// A new generation after one seen before: Redis restarted empty or
 	// was flushed, and every record this instance knows is put back.
