@@ -80,9 +80,17 @@ func (c *Cluster) considerFrom(rec record, force, msg bool) {
 		c.tr.SetHistory(rec.Key, rs.History, c.cfg.History)
 		return
 	}
+	if c.keepsOwnCred(rec) {
+		// This instance's credentials were rejected; rec is not about
+		// them: it keeps its state, and lists rec in the shared history.
+		c.logKept(rec)
+		c.tr.SetHistory(rec.Key, rs.History, c.cfg.History)
+		return
+	}
 	rs = c.clamp(rs)
 	rs.HistoryBound = c.cfg.History
 	c.tr.ApplyRemote(rec.Key, rs)
+	c.noteAppliedCred(rec)
 }
 
 // unheld ends the write of key and considers the record read meanwhile,

@@ -125,7 +125,7 @@ type Cluster struct {
 	// per key (clamp).
 	clamps map[string]clampNote
 
-	// credMu guards pws, credKey, credStored, creds and credWarned.
+	// credMu guards pws, credKey, credStored, creds and the maps below.
 	credMu sync.Mutex
 	// pws holds this instance's password per upstream key
 	// (SetCredentials): never logged or written, only fingerprinted.
@@ -140,6 +140,10 @@ type Cluster struct {
 	creds map[string]string
 	// credWarned marks the keys whose credential disagreement was logged.
 	credWarned map[string]bool
+	// credFailed marks the keys whose upstream rejected this instance's
+	// credentials last (keepsOwnCred); credKept the ones whose keeping
+	// that state over another instance's record was logged since.
+	credFailed, credKept map[string]bool
 }
 
 var (
@@ -204,6 +208,8 @@ func New(cfg Config, tr Tracker, log zerolog.Logger) (*Cluster, error) {
 		creds:       map[string]string{},
 		credKeyName: cfg.Prefix + ":credkey",
 		credWarned:  map[string]bool{},
+		credFailed:  map[string]bool{},
+		credKept:    map[string]bool{},
 	}
 	if opt.Password != "" {
 		c.credKey = keyFromPassword(opt.Password)
@@ -287,6 +293,7 @@ func redactedAddr(rdb *redis.Client) string { return rdb.Options().Addr }
 // its stamp, so that a probe that passed after an enable made during an
 // outage is not held off by the older disable the enable ended.
 func (c *Cluster) Publish(rs health.RemoteState) {
+	c.noteOwnCred(rs)
 	c.mu.Lock()
 	c.pending[rs.Key] = queue(c.pending[rs.Key], rs)
 	if operatorAction(rs.State, rs.Stage) {

@@ -6,6 +6,8 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+
+	"github.com/rotor-proxy/rotor/health"
 )
 
 // This instance's upstream credentials, as fingerprints (SetCredentials),
@@ -146,3 +148,72 @@ func (c *Cluster) foreignCred(rec record) bool {
 
 // credMsg is the warning about instances using other credentials.
 const credMsg = "fleet: instances disagree on this upstream's credentials; another instance's auth_rejected is not applied here"
+
+// noteOwnCred follows whether this instance's own credentials for rs's
+// upstream were last rejected: set by its credential failure, ended by
+// any other transition of its own (a probe that passed, an operator
+// action, another failure class).
+func (c *Cluster) noteOwnCred(rs health.RemoteState) {
+	failed := rs.Reason == health.AuthRejected && rs.Stage != health.StageOperator &&
+		(rs.State == health.Cooling || rs.State == health.Disabled)
+	c.credMu.Lock()
+	c.setCredFailed(rs.Key, failed)
+	c.credMu.Unlock()
+}
+
+// setCredFailed sets or ends the credential failure of key. Caller holds
+// credMu.
+func (c *Cluster) setCredFailed(key string, failed bool) {
+	if failed {
+		c.credFailed[key] = true
+		return
+	}
+	delete(c.credFailed, key)
+	delete(c.credKept, key)
+}
+
+// noteAppliedCred follows the credential failure of rec's upstream after
+// rec was applied here: a credential failure written with this instance's
+// credentials (another instance with the same password) is this
+// instance's too; anything else applied ends it.
+func (c *Cluster) noteAppliedCred(rec record) {
+	c.credMu.Lock()
+	mine := c.creds[rec.Key]
+	c.setCredFailed(rec.Key, credFailure(rec) && mine != "" && rec.Cred == mine)
+	c.credMu.Unlock()
+}
+
+// keepsOwnCred reports whether this instance, whose credentials for rec's
+// upstream were rejected (noteOwnCred, noteAppliedCred), keeps that state
+// over rec: an automatic record not written with this instance's
+// credentials (another instance's passed probe says nothing of this one's
+// password). Only an operator action, or a record written with the same
+// credentials, ends it; this instance's own probe decides otherwise
+// (TryProbe does not take such a record as settling it).
+func (c *Cluster) keepsOwnCred(rec record) bool {
+	if rec.Stage == health.StageOperator.String() {
+		return false
+	}
+	c.credMu.Lock()
+	defer c.credMu.Unlock()
+	mine := c.creds[rec.Key]
+	return c.credFailed[rec.Key] && mine != "" && rec.Cred != mine
+}
+
+// logKept logs, once per credential failure of key, that this instance
+// keeps it over another instance's record (never a password or a
+// fingerprint).
+func (c *Cluster) logKept(rec record) {
+	c.credMu.Lock()
+	first := !c.credKept[rec.Key]
+	c.credKept[rec.Key] = true
+	c.credMu.Unlock()
+	if first {
+		c.log.Warn().Str("upstream_key", rec.Key).Str("other", rec.Inst).Str("other_state", rec.State).
+			Msg(staleCredMsg)
+	}
+}
+
+// staleCredMsg is the warning of an instance whose credentials were
+// rejected while another instance's record says the upstream serves.
+const staleCredMsg = "fleet: the upstream rejected this instance's credentials and another instance's record is not about them; keeping this instance's auth_rejected state (check its password for the upstream)"

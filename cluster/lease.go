@@ -12,7 +12,10 @@ import (
 // token, renewed every LeaseTTL/3 until release. When the lease is taken
 // but the shared record shows the probe is needless (a probe passed
 // elsewhere, an operator disabled the upstream, a cooldown still runs),
-// the record is applied, the lease dropped and ok is false. With Redis
+// the record is applied, the lease dropped and ok is false. A record this
+// instance does not apply over its own credential failure (keepsOwnCred:
+// another instance's probe passed with other credentials) settles nothing:
+// this instance probes with its own. With Redis
 // unreachable the instance probes on its own (ok, no lease).
 func (c *Cluster) TryProbe(key string) (func(), bool) {
 	if !c.connected.Load() {
@@ -32,7 +35,7 @@ func (c *Cluster) TryProbe(key string) (func(), bool) {
 	}
 	raw, err := c.rdb.Get(ctx, c.recPrefix+key).Result()
 	if err == nil {
-		if rec, derr := decodeRecord(raw); derr == nil && !c.foreignCred(rec) && c.settled(rec, time.Now()) {
+		if rec, derr := decodeRecord(raw); derr == nil && !c.foreignCred(rec) && !c.keepsOwnCred(rec) && c.settled(rec, time.Now()) {
 			_, _ = releaseScript.Run(ctx, c.rdb, []string{lk}, c.tok).Result()
 			c.consider(rec, true)
 			return nil, false

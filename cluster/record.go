@@ -33,9 +33,11 @@ type record struct {
 	// until a newer one (writeScript).
 	OpAt   int64  `json:"opat,omitempty"`
 	OpInst string `json:"opinst,omitempty"`
-	// Cred is the writer's credential fingerprint (fingerprint) on a
-	// failure that depends on the credentials (credFailure): instances
-	// using other credentials for the upstream keep their own state.
+	// Cred is the writer's credential fingerprint (fingerprint) on an
+	// automatic transition: instances using other credentials for the
+	// upstream keep their own state over a failure that depends on the
+	// credentials (credFailure), and an instance whose own credentials
+	// were rejected keeps that over another's record (keepsOwnCred).
 	Cred string `json:"cred,omitempty"`
 	Hist []hist `json:"hist,omitempty"`
 }
@@ -167,6 +169,10 @@ func decodeRecord(s string) (record, error) {
 //     ends it: an automatic transition (a probe, a failure) never wins over
 //     it, whatever its time, and is not added to the history either
 //     unless it was made before the disable.
+//   - A credential failure (credFailure) does not win over a state that
+//     is no credential failure and was made with other credentials (cred):
+//     a stale password on one instance does not overwrite the fleet's
+//     eligible record; the failure joins the history.
 //   - Otherwise the transition that is not older wins (time, then
 //     instance name).
 //
@@ -214,6 +220,12 @@ local function cmp(a1, i1, a2, i2)
   if i1 > i2 then return 1 end
   return -1
 end
+-- credfail: a failure that depends on the writer's credentials
+-- (credFailure in Go).
+local function credfail(r)
+  return str(r.reason) == 'auth_rejected' and str(r.stage) ~= 'operator' and
+    (str(r.state) == 'cooling' or str(r.state) == 'disabled')
+end
 local function hkey(e) return str(e.at) .. '|' .. str(e.to) .. '|' .. str(e.inst) .. '|' .. str(e.detail) end
 
 local function merge(seed)
@@ -259,6 +271,14 @@ local function merge(seed)
       win = op > 0 or (op == 0 and newer)
     elseif opdis then
       win = op > 0 -- only a writer that knows a newer operator action
+    elseif not seed and credfail(new) and not credfail(cur) and str(new.cred) ~= '' and
+        str(cur.cred) ~= '' and str(cur.cred) ~= str(new.cred) then
+      -- The writer's credentials were rejected; the stored state was
+      -- made with other ones (a probe that passed there): it stands for
+      -- the fleet, and the failure joins the history. (An instance with
+      -- a stale password overwrote the fleet's eligible record at every
+      -- failure.)
+      win = false
     else
       win = newer
     end

@@ -176,7 +176,10 @@ func (c *Cluster) requeue(key string, q []health.RemoteState) {
 // newer, it is applied locally instead.
 func (c *Cluster) write(rs health.RemoteState) error {
 	nr := newRecord(rs, c.cfg.Instance, c.tok)
-	if credFailure(nr) {
+	if !operatorAction(rs.State, rs.Stage) {
+		// Every automatic transition says with which credentials it was
+		// made: an instance whose own were rejected does not take another
+		// instance's passed probe for its own (keepsOwnCred).
 		nr.Cred = c.credOf(rs.Key)
 	}
 	if nr.OpAt == 0 {
