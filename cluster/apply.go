@@ -70,7 +70,7 @@ func (c *Cluster) considerFrom(rec record, force, msg bool) {
 	}
 	c.seen[rec.Key], c.sums[rec.Key] = rec.V, sum
 	c.mu.Unlock()
-	rs, ok := rec.remote()
+	rs, ok := c.remote(rec)
 	if !ok {
 		return
 	}

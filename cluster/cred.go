@@ -217,3 +217,22 @@ func (c *Cluster) logKept(rec record) {
 // staleCredMsg is the warning of an instance whose credentials were
 // rejected while another instance's record says the upstream serves.
 const staleCredMsg = "fleet: the upstream rejected this instance's credentials and another instance's record is not about them; keeping this instance's auth_rejected state (check its password for the upstream)"
+
+// remote is rec.remote with the history entries that are credential
+// failures of other credentials than this instance's marked Foreign: the
+// shared history lists them, but they are not this instance's last
+// failure (an operator saw another instance's auth_rejected as the
+// upstream's last failure here, where the credentials work).
+func (c *Cluster) remote(rec record) (health.RemoteState, bool) {
+	rs, ok := rec.remote()
+	if !ok {
+		return rs, false
+	}
+	mine := c.credOf(rec.Key)
+	for i := range rs.History {
+		if cred := rec.Hist[i].Cred; cred != "" && mine != "" && cred != mine {
+			rs.History[i].Foreign = true
+		}
+	}
+	return rs, true
+}

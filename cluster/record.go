@@ -59,6 +59,10 @@ type hist struct {
 	Stage  string `json:"stage"`
 	Detail string `json:"detail"`
 	Inst   string `json:"inst"`
+	// Cred is the writer's credential fingerprint on a credential
+	// failure's entry: on an instance with other credentials it is not
+	// the record's last failure (Cluster.remote).
+	Cred string `json:"cred,omitempty"`
 }
 
 func ms(t time.Time) int64 {
@@ -253,7 +257,9 @@ local function merge(seed)
       local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
       if num(new.at) > now + skew then new.at = now end
     end
-    entries = {{at=new.at, from=new.from, to=new.state, reason=new.reason, stage=new.stage, detail=new.detail, inst=new.inst}}
+    local cred = nil
+    if credfail(new) and str(new.cred) ~= '' then cred = new.cred end
+    entries = {{at=new.at, from=new.from, to=new.state, reason=new.reason, stage=new.stage, detail=new.detail, inst=new.inst, cred=cred}}
   end
   new.hist = nil
   local raw = redis.call('GET', KEYS[1])

@@ -232,7 +232,7 @@ func (c *Cluster) applied(rec record) {
 	c.mu.Unlock()
 	// The shared history now holds this transition among the others':
 	// list the same one here as on every instance.
-	if shared, ok := rec.remote(); ok {
+	if shared, ok := c.remote(rec); ok {
 		c.tr.SetHistory(rec.Key, shared.History, c.cfg.History)
 	}
 }
