@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"os"
 	"sync"
@@ -126,13 +125,25 @@ type Cluster struct {
 	// per key (clamp).
 	clamps map[string]clampNote
 
-	// credMu guards creds and credWarned.
+	// credMu guards pws, credKey, credStored, creds and the maps below.
 	credMu sync.Mutex
+	// pws holds this instance's password per upstream key
+	// (SetCredentials): never logged or written, only fingerprinted.
+	pws map[string]string
+	// credKey is the fleet's fingerprint key (cred.go): derived from the
+	// Redis password, or read from Redis (credStored; nil until then).
+	credKey     []byte
+	credStored  bool
+	credKeyName string // "<prefix>:credkey"
 	// creds holds the fingerprint of this instance's credentials per
-	// upstream key (SetCredentials); never a password.
+	// upstream key (empty while credKey is not known).
 	creds map[string]string
 	// credWarned marks the keys whose credential disagreement was logged.
 	credWarned map[string]bool
+	// credFailed marks the keys whose upstream rejected this instance's
+	// credentials last (keepsOwnCred); credKept the ones whose keeping
+	// that state over another instance's record was logged since.
+	credFailed, credKept map[string]bool
 }
 
 var (
@@ -195,63 +206,21 @@ func New(cfg Config, tr Tracker, log zerolog.Logger) (*Cluster, error) {
 		ops:         map[string]stamp{},
 		clamps:      map[string]clampNote{},
 		creds:       map[string]string{},
+		credKeyName: cfg.Prefix + ":credkey",
 		credWarned:  map[string]bool{},
+		credFailed:  map[string]bool{},
+		credKept:    map[string]bool{},
+	}
+	if opt.Password != "" {
+		c.credKey = keyFromPassword(opt.Password)
+	} else {
+		c.credStored = true
 	}
 	opt.Dialer = c.recordDial(redis.NewDialer(opt))
 	c.rdb = redis.NewClient(opt)
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	return c, nil
 }
-
-// SetCredentials tells the cluster the password this instance uses for
-// each upstream (by identity key; "" for none), replacing what it was told
-// before. Only a keyed fingerprint of each is kept (fingerprint): an
-// auth_rejected failure is shared with it, and applies only on the
-// instances whose fingerprint is the same (a stale password on one
-// instance does not cool the upstream for the fleet).
-func (c *Cluster) SetCredentials(passwords map[string]string) {
-	fp := make(map[string]string, len(passwords))
-	for k, pw := range passwords {
-		fp[k] = fingerprint(k, pw)
-	}
-	c.credMu.Lock()
-	c.creds = fp
-	c.credMu.Unlock()
-}
-
-// credOf returns this instance's credential fingerprint for key ("":
-// unknown).
-func (c *Cluster) credOf(key string) string {
-	c.credMu.Lock()
-	defer c.credMu.Unlock()
-	return c.creds[key]
-}
-
-// foreignCred reports whether rec is a credential failure (credFailure)
-// written with other credentials than this instance's for the upstream:
-// this instance keeps its own state. The first one per upstream is logged
-// (never a password or a fingerprint).
-func (c *Cluster) foreignCred(rec record) bool {
-	if rec.Cred == "" || !credFailure(rec) {
-		return false
-	}
-	c.credMu.Lock()
-	mine := c.creds[rec.Key]
-	foreign := mine != "" && mine != rec.Cred
-	warn := foreign && !c.credWarned[rec.Key]
-	if warn {
-		c.credWarned[rec.Key] = true
-	}
-	c.credMu.Unlock()
-	if warn {
-		c.log.Warn().Str("upstream_key", rec.Key).Str("other", rec.Inst).
-			Msg(credMsg)
-	}
-	return foreign
-}
-
-// credMsg is the warning about instances using other credentials.
-const credMsg = "fleet: instances disagree on this upstream's credentials; another instance's auth_rejected is not applied here"
 
 // Instance returns this instance's name.
 func (c *Cluster) Instance() string { return c.cfg.Instance }
@@ -324,6 +293,7 @@ func redactedAddr(rdb *redis.Client) string { return rdb.Options().Addr }
 // its stamp, so that a probe that passed after an enable made during an
 // outage is not held off by the older disable the enable ended.
 func (c *Cluster) Publish(rs health.RemoteState) {
+	c.noteOwnCred(rs)
 	c.mu.Lock()
 	c.pending[rs.Key] = queue(c.pending[rs.Key], rs)
 	if operatorAction(rs.State, rs.Stage) {
@@ -352,521 +322,4 @@ func (c *Cluster) wake() {
 	case c.kick <- struct{}{}:
 	default:
 	}
-}
-
-// TryProbe takes the probe lease of key: SET NX PX with this process's
-// token, renewed every LeaseTTL/3 until release. When the lease is taken
-// but the shared record shows the probe is needless (a probe passed
-// elsewhere, an operator disabled the upstream, a cooldown still runs),
-// the record is applied, the lease dropped and ok is false. With Redis
-// unreachable the instance probes on its own (ok, no lease).
-func (c *Cluster) TryProbe(key string) (func(), bool) {
-	if !c.connected.Load() {
-		c.log.Debug().Str("upstream_key", key).Msg("redis unreachable: probing locally")
-		return func() {}, true
-	}
-	ctx, cancel := context.WithTimeout(c.ctx, opTimeout)
-	defer cancel()
-	lk := c.leasePrefix + key
-	ok, err := c.rdb.SetNX(ctx, lk, c.tok, c.cfg.LeaseTTL).Result()
-	if err != nil {
-		c.setDown(err)
-		return func() {}, true
-	}
-	if !ok {
-		return nil, false
-	}
-	raw, err := c.rdb.Get(ctx, c.recPrefix+key).Result()
-	if err == nil {
-		if rec, derr := decodeRecord(raw); derr == nil && !c.foreignCred(rec) && c.settled(rec, time.Now()) {
-			_, _ = releaseScript.Run(ctx, c.rdb, []string{lk}, c.tok).Result()
-			c.consider(rec, true)
-			return nil, false
-		}
-	}
-	stop := make(chan struct{})
-	c.wg.Add(1)
-	go c.renew(lk, stop) // owner: Cluster; ends on release (stop), loss of the lease, or Close
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			close(stop)
-			c.mu.Lock()
-			c.releases = append(c.releases, lk)
-			c.mu.Unlock()
-			c.wake()
-		})
-	}, true
-}
-
-// renew keeps lease lk alive while its probe runs.
-func (c *Cluster) renew(lk string, stop <-chan struct{}) {
-	defer c.wg.Done()
-	tk := time.NewTicker(c.cfg.LeaseTTL / 3)
-	defer tk.Stop()
-	for {
-		select {
-		case <-stop:
-			return
-		case <-c.ctx.Done():
-			return
-		case <-tk.C:
-		}
-		ctx, cancel := context.WithTimeout(c.ctx, opTimeout)
-		n, err := renewScript.Run(ctx, c.rdb, []string{lk}, c.tok, c.cfg.LeaseTTL.Milliseconds()).Int()
-		cancel()
-		if err == nil && n == 0 {
-			c.log.Warn().Str("lease", lk).Msg("probe lease lost")
-			return
-		}
-	}
-}
-
-// consider applies a shared record read from Redis (message, pull or
-// write result) unless it is not newer than one already applied or
-// written, or a local transition of the same upstream is waiting to be
-// written (that write decides). One read while this instance's write of
-// the upstream runs waits for its result (held): it may be older than the
-// write, whose version is not known yet. force skips the version check.
-// A record is never skipped for carrying this process's token: a put-back
-// merge keeps the token of the state it kept, with other content, and a
-// record this instance wrote must apply when its local state went astray.
-// A record with the version seen but other content, or a message older
-// than the version seen, means Redis lost or rolled back the record: the
-// sync loop re-reads it at once and puts it back (reconcileKeys), at a
-// version above every one seen, so that every instance applies the result.
-func (c *Cluster) consider(rec record, force bool) { c.considerFrom(rec, force, false) }
-
-// considerFrom is consider; msg marks a message from the subscription,
-// which arrives in Redis's order (an older version than seen there is no
-// late write result: Redis's version went back).
-func (c *Cluster) considerFrom(rec record, force, msg bool) {
-	c.applyMu.Lock()
-	defer c.applyMu.Unlock()
-	c.mu.Lock()
-	c.noteOp(rec)
-	if c.writing[rec.Key] {
-		// A forced read (TryProbe's settled record) stays forced: it
-		// must re-apply the version the write notes as seen.
-		if h, ok := c.held[rec.Key]; !ok || rec.V > h.rec.V {
-			c.held[rec.Key] = heldRecord{rec, force}
-		} else if rec.V == h.rec.V && force {
-			c.held[rec.Key] = heldRecord{h.rec, true}
-		}
-		c.mu.Unlock()
-		return
-	}
-	// force re-applies the version seen (the local view may have gone
-	// astray from it), never an older one: a write's answer can arrive
-	// after a newer record was applied from the subscription, and
-	// applying it then left the tracker on a stale state for good (every
-	// later read of the newest version counted as seen).
-	_, waiting := c.pending[rec.Key]
-	seen := c.seen[rec.Key]
-	if waiting {
-		c.mu.Unlock()
-		return
-	}
-	sum := rec.sum()
-	if rec.V < seen || !force && rec.V == seen {
-		sum0, known := c.sums[rec.Key]
-		again := rec.V == seen && known && sum != sum0 || msg && rec.V < seen
-		if again {
-			c.recheck[rec.Key] = true
-		}
-		c.mu.Unlock()
-		if again {
-			c.wake()
-		}
-		return
-	}
-	c.seen[rec.Key], c.sums[rec.Key] = rec.V, sum
-	c.mu.Unlock()
-	rs, ok := rec.remote()
-	if !ok {
-		return
-	}
-	if c.foreignCred(rec) {
-		// Another instance's credentials were rejected: this one keeps
-		// its state, and lists the failure in the shared history.
-		c.tr.SetHistory(rec.Key, rs.History, c.cfg.History)
-		return
-	}
-	rs = c.clamp(rs)
-	rs.HistoryBound = c.cfg.History
-	c.tr.ApplyRemote(rec.Key, rs)
-}
-
-// unheld ends the write of key and considers the record read meanwhile,
-// if any.
-func (c *Cluster) unheld(key string) {
-	c.mu.Lock()
-	delete(c.writing, key)
-	h, ok := c.held[key]
-	delete(c.held, key)
-	c.mu.Unlock()
-	if ok {
-		c.consider(h.rec, h.force)
-	}
-}
-
-// heldRecord is a record read while this instance's write of the same
-// upstream ran, with the force it was considered with.
-type heldRecord struct {
-	rec   record
-	force bool
-}
-
-// noteOp keeps the newest operator action rec knows of. Caller holds mu.
-func (c *Cluster) noteOp(rec record) {
-	if s := (stamp{rec.OpAt, rec.OpInst}); s.at != 0 && s.after(c.ops[rec.Key]) {
-		c.ops[rec.Key] = s
-	}
-}
-
-// subscribe applies records published by other instances. go-redis
-// re-subscribes by itself after a connection loss; record messages missed
-// meanwhile are caught by the sync loop's reconcile, session bindings by a
-// load of the stored sessions each time the session channel is subscribed
-// again (a binding another instance pushed while this one's subscription
-// was down would otherwise never arrive).
-func (c *Cluster) subscribe() {
-	defer c.wg.Done()
-	ps := c.rdb.Subscribe(c.ctx, c.channel, c.sessChannel)
-	defer ps.Close()
-	// Wait (bounded) for the subscription, then load the stored sessions:
-	// a binding published before the subscription started is not missed.
-	ctx, cancel := context.WithTimeout(c.ctx, opTimeout)
-	if _, err := ps.Receive(ctx); err == nil {
-		c.loadSessionsAsync()
-	}
-	cancel()
-	ch := ps.ChannelWithSubscriptions(redis.WithChannelHealthCheckInterval(time.Second))
-	for {
-		select {
-		case <-c.ctx.Done():
-			return
-		case v, ok := <-ch:
-			if !ok {
-				return
-			}
-			var m *redis.Message
-			switch v := v.(type) {
-			case *redis.Subscription:
-				if v.Kind == "subscribe" && v.Channel == c.sessChannel {
-					c.loadSessionsAsync()
-				}
-				continue
-			case *redis.Message:
-				m = v
-			default:
-				continue
-			}
-			if m.Channel == c.sessChannel {
-				c.applySession(m.Payload)
-				continue
-			}
-			rec, err := decodeRecord(m.Payload)
-			if err != nil || rec.Key == "" {
-				c.log.Warn().Err(err).Msg("fleet: undecodable record ignored")
-				continue
-			}
-			c.considerFrom(rec, false, true)
-		}
-	}
-}
-
-// syncLoop writes queued transitions and releases, checks Redis every
-// second (logging an outage once and reconciling when it ends or Redis
-// restarted empty) and re-reads every record every Resync.
-func (c *Cluster) syncLoop() {
-	defer c.wg.Done()
-	tk := time.NewTicker(time.Second)
-	defer tk.Stop()
-	var lastSync time.Time
-	tick := func() {
-		if !c.check() {
-			return
-		}
-		c.heartbeat()
-		if time.Since(lastSync) >= c.cfg.Resync {
-			c.reconcile(false)
-			lastSync = time.Now()
-		}
-		c.flush()
-		if c.pool != nil {
-			c.pool.RefreshSessions() // sessions held here keep their shared TTL
-		}
-		c.flushSessions()
-		c.recheckDue()
-	}
-	tick()
-	for {
-		select {
-		case <-c.ctx.Done():
-			return
-		case <-c.kick:
-			if c.connected.Load() {
-				c.flush()
-				c.flushSessions()
-				c.recheckDue()
-			}
-		case <-tk.C:
-			tick()
-		}
-	}
-}
-
-// check pings Redis through its generation key: a random value set once
-// per Redis lifetime, so that a Redis restarted empty (versions start
-// over) is noticed even when no command failed. It returns true when Redis
-// answered; a return from an outage or a new generation forgets the
-// versions seen and reconciles at once.
-func (c *Cluster) check() bool {
-	ctx, cancel := context.WithTimeout(c.ctx, opTimeout)
-	defer cancel()
-	var rnd [8]byte
-	_, _ = rand.Read(rnd[:])
-	_ = c.rdb.SetNX(ctx, c.genKey, hex.EncodeToString(rnd[:]), 0).Err()
-	gen, err := c.rdb.Get(ctx, c.genKey).Result()
-	if err != nil {
-		c.setDown(err)
-		return false
-	}
-	c.mu.Lock()
-	fresh := gen != c.gen || c.down || !c.connected.Load()
-	// A new generation after one seen before: Redis restarted empty or
-	// was flushed, and every record this instance knows is put back.
-	lost := c.gen != "" && gen != c.gen
-	wasDown := c.down
-	first := !c.joined
-	c.joined = true
-	if gen != c.gen {
-		c.seen, c.sums = map[string]int64{}, map[string]uint64{}
-		c.gen = gen
-	}
-	if fresh {
-		c.freshAt = time.Now()
-	}
-	c.down = false
-	c.mu.Unlock()
-	c.connected.Store(true)
-	if fresh {
-		switch {
-		case wasDown && first:
-			// Started during an outage: no return, a first contact.
-			c.log.Info().Msg("redis reachable: joining the fleet view")
-		case wasDown:
-			c.log.Info().Msg("redis reachable again: reconciling the fleet view")
-		}
-		if lost {
-			c.log.Warn().Msg("redis lost the fleet's records (restarted empty?): putting back what this instance knows")
-			// The sessions too, in the background: a big table must not
-			// hold up the heartbeat and the records.
-			c.putBackDue.Store(true)
-		}
-		c.flush()
-		c.reconcile(lost)
-		c.loadSessionsAsync()
-	}
-	return true
-}
-
-// flush writes the queued transitions, then releases the queued leases
-// (in that order, so that no instance takes a released lease before the
-// probe's outcome is in the shared record). A write that fails stays
-// queued unless a newer local transition replaced it.
-func (c *Cluster) flush() {
-	c.mu.Lock()
-	batch := c.pending
-	c.pending = map[string][]health.RemoteState{}
-	for key := range batch {
-		c.writing[key] = true
-	}
-	rel := c.releases
-	c.releases = nil
-	c.mu.Unlock()
-	failed := false
-	for key, q := range batch {
-		for i, rs := range q {
-			if failed {
-				c.requeue(key, q[i:])
-				break
-			}
-			if err := c.write(rs); err != nil {
-				failed = true
-				c.requeue(key, q[i:])
-				c.setDown(err)
-			}
-		}
-		c.unheld(key)
-	}
-	if failed {
-		return // the leases expire on their own
-	}
-	for _, lk := range rel {
-		ctx, cancel := context.WithTimeout(c.ctx, opTimeout)
-		_, _ = releaseScript.Run(ctx, c.rdb, []string{lk}, c.tok).Result()
-		cancel()
-	}
-}
-
-// requeue puts back the transitions q of key whose write failed, before
-// any queued since.
-func (c *Cluster) requeue(key string, q []health.RemoteState) {
-	c.mu.Lock()
-	var all []health.RemoteState
-	for _, rs := range append(append([]health.RemoteState(nil), q...), c.pending[key]...) {
-		all = queue(all, rs)
-	}
-	c.pending[key] = all
-	c.mu.Unlock()
-}
-
-// write runs writeScript for one transition. When the stored record was
-// newer, it is applied locally instead.
-func (c *Cluster) write(rs health.RemoteState) error {
-	nr := newRecord(rs, c.cfg.Instance, c.tok)
-	if credFailure(nr) {
-		nr.Cred = c.credOf(rs.Key)
-	}
-	if nr.OpAt == 0 {
-		// An automatic transition carries the newest operator action
-		// this instance knows, so that a store that lost it (restored
-		// from an older snapshot) does not hold an older disable over it.
-		c.mu.Lock()
-		op := c.ops[rs.Key]
-		c.mu.Unlock()
-		nr.OpAt, nr.OpInst = op.at, op.inst
-	}
-	b, err := json.Marshal(nr)
-	if err != nil {
-		return nil // cannot happen: plain fields
-	}
-	c.mu.Lock()
-	minv := c.seen[rs.Key]
-	c.mu.Unlock()
-	ctx, cancel := context.WithTimeout(c.ctx, opTimeout)
-	defer cancel()
-	res, err := writeScript.Run(ctx, c.rdb, []string{c.recPrefix + rs.Key, c.channel}, string(b), c.cfg.History,
-		c.cfg.MaxClockSkew.Milliseconds(), minv).Slice()
-	if err != nil {
-		return err
-	}
-	if len(res) != 2 {
-		return errors.New("cluster: unexpected script result")
-	}
-	applied, _ := res[0].(int64)
-	out, _ := res[1].(string)
-	rec, err := decodeRecord(out)
-	if err != nil {
-		return nil
-	}
-	if applied == 1 {
-		c.applied(rec)
-		return nil
-	}
-	c.consider(rec, true)
-	return nil
-}
-
-// applied notes rec, the result of this instance's write that won.
-func (c *Cluster) applied(rec record) {
-	c.mu.Lock()
-	if rec.V >= c.seen[rec.Key] {
-		c.seen[rec.Key], c.sums[rec.Key] = rec.V, rec.sum()
-	}
-	c.noteOp(rec)
-	c.mu.Unlock()
-	// The shared history now holds this transition among the others':
-	// list the same one here as on every instance.
-	if shared, ok := rec.remote(); ok {
-		c.tr.SetHistory(rec.Key, shared.History, c.cfg.History)
-	}
-}
-
-// reconcile reads the shared record of every local upstream (reconcileKeys).
-func (c *Cluster) reconcile(all bool) {
-	rs := c.tr.Records()
-	keys := make([]string, len(rs))
-	for i, r := range rs {
-		keys[i] = r.Key()
-	}
-	c.reconcileKeys(keys, all)
-}
-
-// recheckDue re-reads the records consider found lost or rolled back.
-func (c *Cluster) recheckDue() {
-	c.mu.Lock()
-	keys := make([]string, 0, len(c.recheck))
-	for k := range c.recheck {
-		keys = append(keys, k)
-	}
-	c.recheck = map[string]bool{}
-	c.mu.Unlock()
-	if len(keys) > 0 {
-		c.reconcileKeys(keys, false)
-	}
-}
-
-// reconcileKeys reads the shared records of keys and applies the ones
-// newer than what this instance has seen. A record Redis lacks, or holds
-// with a version older than one seen (a Redis restored from an older
-// snapshot) or with the version seen and other content (a transition
-// written over a lost or rolled-back record by an instance that had not
-// seen the newer one), is put back from what this instance knows (seed),
-// above the version seen; with all (Redis restarted empty) every record
-// is, so that an operator's disable is not lost to a state another
-// instance wrote first into the empty Redis.
-func (c *Cluster) reconcileKeys(all []string, everyRecord bool) {
-	const chunk = 500
-	for i := 0; i < len(all); i += chunk {
-		part := all[i:min(i+chunk, len(all))]
-		keys := make([]string, len(part))
-		for j, k := range part {
-			keys[j] = c.recPrefix + k
-		}
-		ctx, cancel := context.WithTimeout(c.ctx, opTimeout)
-		vals, err := c.rdb.MGet(ctx, keys...).Result()
-		cancel()
-		if err != nil {
-			c.setDown(err)
-			return
-		}
-		var lost []seedItem
-		for j, v := range vals {
-			key := part[j]
-			s, ok := v.(string)
-			if !ok {
-				lost = append(lost, seedItem{key: key})
-				continue
-			}
-			rec, err := decodeRecord(s)
-			if err != nil || rec.Key != key {
-				continue
-			}
-			c.mu.Lock()
-			sum, known := c.sums[key]
-			back := rec.V < c.seen[key] || rec.V == c.seen[key] && known && rec.sum() != sum
-			c.mu.Unlock()
-			if everyRecord || back {
-				lost = append(lost, seedItem{key: key, stored: &rec})
-				continue
-			}
-			c.consider(rec, false)
-		}
-		if err := c.seed(lost); err != nil {
-			c.setDown(err)
-			return
-		}
-	}
-}
-
-// Reconcile asks the sync loop to re-read every record soon (after a
-// config reload added upstreams).
-func (c *Cluster) Reconcile() {
-	c.mu.Lock()
-	c.gen = "" // forces a reconcile at the next check
-	c.mu.Unlock()
-	c.wake()
 }

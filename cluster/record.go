@@ -1,9 +1,6 @@
 package cluster
 
 import (
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"hash/fnv"
 	"time"
@@ -36,22 +33,13 @@ type record struct {
 	// until a newer one (writeScript).
 	OpAt   int64  `json:"opat,omitempty"`
 	OpInst string `json:"opinst,omitempty"`
-	// Cred is the writer's credential fingerprint (fingerprint) on a
-	// failure that depends on the credentials (credFailure): instances
-	// using other credentials for the upstream keep their own state.
+	// Cred is the writer's credential fingerprint (fingerprint) on an
+	// automatic transition: instances using other credentials for the
+	// upstream keep their own state over a failure that depends on the
+	// credentials (credFailure), and an instance whose own credentials
+	// were rejected keeps that over another's record (keepsOwnCred).
 	Cred string `json:"cred,omitempty"`
 	Hist []hist `json:"hist,omitempty"`
-}
-
-// fingerprint tells an upstream's credentials apart across instances
-// without showing them: HMAC-SHA256 of the password keyed with the
-// upstream's identity, truncated to 8 bytes (hex). Keyed, so equal
-// passwords of two upstreams differ and no table of unkeyed hashes of
-// common passwords applies.
-func fingerprint(identity, password string) string {
-	m := hmac.New(sha256.New, []byte(identity))
-	_, _ = m.Write([]byte(password))
-	return hex.EncodeToString(m.Sum(nil)[:8])
 }
 
 // credFailure reports whether rec is a failure that depends on the
@@ -71,6 +59,10 @@ type hist struct {
 	Stage  string `json:"stage"`
 	Detail string `json:"detail"`
 	Inst   string `json:"inst"`
+	// Cred is the writer's credential fingerprint on a credential
+	// failure's entry: on an instance with other credentials it is not
+	// the record's last failure (Cluster.remote).
+	Cred string `json:"cred,omitempty"`
 }
 
 func ms(t time.Time) int64 {
@@ -181,6 +173,10 @@ func decodeRecord(s string) (record, error) {
 //     ends it: an automatic transition (a probe, a failure) never wins over
 //     it, whatever its time, and is not added to the history either
 //     unless it was made before the disable.
+//   - A credential failure (credFailure) does not win over a state that
+//     is no credential failure and was made with other credentials (cred):
+//     a stale password on one instance does not overwrite the fleet's
+//     eligible record; the failure joins the history.
 //   - Otherwise the transition that is not older wins (time, then
 //     instance name).
 //
@@ -228,6 +224,12 @@ local function cmp(a1, i1, a2, i2)
   if i1 > i2 then return 1 end
   return -1
 end
+-- credfail: a failure that depends on the writer's credentials
+-- (credFailure in Go).
+local function credfail(r)
+  return str(r.reason) == 'auth_rejected' and str(r.stage) ~= 'operator' and
+    (str(r.state) == 'cooling' or str(r.state) == 'disabled')
+end
 local function hkey(e) return str(e.at) .. '|' .. str(e.to) .. '|' .. str(e.inst) .. '|' .. str(e.detail) end
 
 local function merge(seed)
@@ -255,7 +257,9 @@ local function merge(seed)
       local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
       if num(new.at) > now + skew then new.at = now end
     end
-    entries = {{at=new.at, from=new.from, to=new.state, reason=new.reason, stage=new.stage, detail=new.detail, inst=new.inst}}
+    local cred = nil
+    if credfail(new) and str(new.cred) ~= '' then cred = new.cred end
+    entries = {{at=new.at, from=new.from, to=new.state, reason=new.reason, stage=new.stage, detail=new.detail, inst=new.inst, cred=cred}}
   end
   new.hist = nil
   local raw = redis.call('GET', KEYS[1])
@@ -273,6 +277,14 @@ local function merge(seed)
       win = op > 0 or (op == 0 and newer)
     elseif opdis then
       win = op > 0 -- only a writer that knows a newer operator action
+    elseif not seed and credfail(new) and not credfail(cur) and str(new.cred) ~= '' and
+        str(cur.cred) ~= '' and str(cur.cred) ~= str(new.cred) then
+      -- The writer's credentials were rejected; the stored state was
+      -- made with other ones (a probe that passed there): it stands for
+      -- the fleet, and the failure joins the history. (An instance with
+      -- a stale password overwrote the fleet's eligible record at every
+      -- failure.)
+      win = false
     else
       win = newer
     end

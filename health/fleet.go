@@ -284,13 +284,15 @@ func (t *Tracker) ApplyRemote(key string, rs RemoteState) bool {
 // every instance, the one that made the transitions or one that applied
 // them, shows the same for the same shared history (bug: one that applied
 // a remote eligible kept its own, possibly none, last failure). Left alone
-// when h holds no failure or r is not eligible. Caller holds r.mu.
+// when h holds no failure or r is not eligible. Another instance's
+// credential failure (Foreign) is no failure of this instance's. Caller
+// holds r.mu.
 func (r *Record) showLastFailure(h []Transition) {
 	if State(r.state.Load()) != Eligible {
 		return
 	}
 	for i := len(h) - 1; i >= 0; i-- {
-		if tr := h[i]; tr.Target == "" && (tr.To == Cooling || tr.To == Disabled) {
+		if tr := h[i]; tr.Target == "" && !tr.Foreign && (tr.To == Cooling || tr.To == Disabled) {
 			r.reason, r.stage, r.detail = tr.Reason, tr.Stage, tr.Detail
 			return
 		}

@@ -62,6 +62,11 @@ type Transition struct {
 	// " (instance <name>)"); it is empty on a local entry not shared (yet)
 	// and in single-process mode.
 	Instance string
+	// Foreign marks a shared entry that is another instance's credential
+	// failure (its credentials, not this instance's, were rejected; set
+	// by package cluster): listed, never shown as the record's last
+	// failure.
+	Foreign bool
 }
 
 // TargetCooldown is a cooldown scoped to one target host, or to one
