@@ -594,7 +594,7 @@ func (operatorHeld) Is(target error) bool { return target == ErrDisabledByConfig
 // soon as that probe ends. Other records are left alone: an operator's
 // disable stays, and traffic tells about an eligible record.
 func (t *Tracker) CredentialsChanged(r *Record) {
-	_ = t.enable(r, "credentials changed in the config", true) // refuses only an operator's enable
+	_ = t.enable(r, "credentials changed by a reload (config or upstream list file)", true) // refuses only an operator's enable
 }
 
 // enable is Enable; with creds, it is CredentialsChanged: only a record

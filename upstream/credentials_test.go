@@ -44,7 +44,7 @@ func TestNewPasswordEndsAuthCooldown(t *testing.T) {
 			t.Errorf("%s after a password change: %v (%s), want %v", c.name, s.State, s.Detail, c.want)
 		}
 	}
-	if h := tp.tr.Snapshot(tp.Lookup("auth").Record()).History; len(h) == 0 || h[len(h)-1].Detail != "credentials changed in the config" {
+	if h := tp.tr.Snapshot(tp.Lookup("auth").Record()).History; len(h) == 0 || h[len(h)-1].Detail != "credentials changed by a reload (config or upstream list file)" {
 		t.Errorf("auth history %+v", h)
 	}
 }

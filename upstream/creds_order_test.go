@@ -18,7 +18,7 @@ type credsObserver struct {
 }
 
 func (o *credsObserver) Transition(name string, tr health.Transition) {
-	if tr.Detail != "credentials changed in the config" {
+	if tr.Detail != "credentials changed by a reload (config or upstream list file)" {
 		return
 	}
 	pw := ""
