@@ -11,6 +11,7 @@ package upstream
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/url"
 	"sync/atomic"
 	"testing"
@@ -196,6 +197,36 @@ func BenchmarkReport(b *testing.B) {
 					i++
 				}
 			})
+		})
+	}
+}
+
+// BenchmarkChase is the machine's floor for issue 8: one dependent load
+// (a pointer chase through a random cycle of cache lines) in a working
+// set of each size. A pick at 100,000 endpoints makes two dependent loads
+// beyond the L2 (an entry, a pointer or a load in a 0.8–1.6 MiB array,
+// then the Endpoint, one line of 17.6 MiB of them, which the release
+// reads), so it costs at least about the 1 MiB figure plus the 16 MiB one.
+func BenchmarkChase(b *testing.B) {
+	for _, mib := range []int{1, 4, 16, 64} {
+		b.Run(fmt.Sprintf("MiB=%d", mib), func(b *testing.B) {
+			lines := mib << 20 >> 6
+			next := make([]int64, lines*8) // one link per 64-byte line
+			perm := rand.Perm(lines)
+			for k, l := range perm {
+				next[l*8] = int64(perm[(k+1)%lines] * 8)
+			}
+			lockThread()
+			defer unlockThread()
+			cpu := threadCPU()
+			var x int64
+			for b.Loop() {
+				x = next[x]
+			}
+			reportCPU(b, cpu)
+			if x < 0 {
+				b.Fatal("unreachable") // keeps x live
+			}
 		})
 	}
 }
