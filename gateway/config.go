@@ -132,7 +132,9 @@ type SlowBodyConfig struct {
 	// Stall: a response that started goes silent this long while the
 	// client waits. Default 30s; "0s" in the file disables, as above.
 	Stall time.Duration `toml:"stall"`
-	// Scope is "upstream" (default) or "target".
+	// Scope is "upstream" (default) or "target". A tunnel's first-byte
+	// silence is the target host's whatever it says, unless the evidence
+	// says the upstream's (health's silence rule; firstByteFailure).
 	Scope string `toml:"scope"`
 }
 

@@ -118,8 +118,10 @@ var bufPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }
 // once, the reset passed on (pumpedTunnel.reset says why).
 //
 // report receives a slow-body failure the moment the watchdog sees it; a
-// first-byte failure is returned in the result.
-func relay(client, up net.Conn, pending []byte, slow SlowBodyConfig, idle time.Duration, report func(*health.Failure)) relayResult {
+// first-byte failure is returned in the result. answered (may be nil)
+// runs once, when the first byte from the upstream side arrives: the
+// evidence health weighs a first-byte silence against (firstByteFailure).
+func relay(client, up net.Conn, pending []byte, slow SlowBodyConfig, idle time.Duration, report func(*health.Failure), answered func()) relayResult {
 	defer client.Close()
 	defer up.Close()
 	var res relayResult
@@ -288,6 +290,9 @@ func relay(client, up net.Conn, pending []byte, slow SlowBodyConfig, idle time.D
 	mu.Unlock()
 	var down int64
 	if r > 0 {
+		if answered != nil {
+			answered()
+		}
 		if !started.IsZero() {
 			res.FirstByte = time.Since(started)
 		}
@@ -330,10 +335,19 @@ func relay(client, up net.Conn, pending []byte, slow SlowBodyConfig, idle time.D
 }
 
 // firstByteFailure is the slow_body failure of a tunnel whose client sent
-// and got no byte back within slow_body.first_byte.
+// and got no byte back within slow_body.first_byte. It is scoped to the
+// target: the proxy answered CONNECT, and one silent tunnel cannot tell a
+// silent proxy from a target that accepts and never answers (a tarpit).
+// Blamed on the upstream, any client could cool healthy upstreams one
+// after another by tunnelling to such a host, and a scraper did so with
+// one slow site. Health cools the upstream for that host only, and the
+// upstream whole on evidence that the silence is its own: other upstreams'
+// tunnels got answers from the hosts it was silent at (see
+// health.Tracker.Answered, which runTunnel reports at each tunnel's first
+// byte).
 func firstByteFailure() *health.Failure {
-	return &health.Failure{Class: health.SlowBody, Stage: health.StageFirstByte,
-		Err: errors.New("no byte from the upstream side within slow_body.first_byte")}
+	return &health.Failure{Class: health.SlowBody, Stage: health.StageFirstByte, Scope: health.ScopeTarget,
+		Err: errors.New("no byte from the target through this upstream within slow_body.first_byte")}
 }
 
 func closeWrite(c net.Conn) {
@@ -363,7 +377,7 @@ func (s *Server) runTunnel(id uint64, front string, c net.Conn, lease *upstream.
 		res.Shutdown = s.tunnels.remove(id)
 		s.metrics.tunnelEnd(front)
 		if direct && res.Failure != nil {
-			res.Failure.Scope = health.ScopeTarget
+			res.Failure.Scope = health.ScopeTarget // a stall too (firstByteFailure's is already)
 		}
 		s.finishLease(lease, addr, res)
 		s.logTunnel(id, front, c, user, addr, lease, nil, res, start)
@@ -384,14 +398,15 @@ func (s *Server) runTunnel(id uint64, front string, c net.Conn, lease *upstream.
 			stall(f)
 		}
 	}
-	if t := newPumpedTunnel(s.reactor, c, lease.Conn, pending, cfg.SlowBody, cfg.TunnelIdleTimeout, report, finish); t != nil {
+	answered := lease.Answered
+	if t := newPumpedTunnel(s.reactor, c, lease.Conn, pending, cfg.SlowBody, cfg.TunnelIdleTimeout, report, answered, finish); t != nil {
 		s.tunnels.add(id, t.abort) // before start: the tunnel may end at once
 		t.start()
 		return
 	}
 	s.tunnels.add(id, func() { _ = c.Close(); _ = lease.Conn.Close() })
 	go func() { // owner: Server (tunnelWG); ends when both directions end or Shutdown force-closes
-		finish(relay(c, lease.Conn, pending, cfg.SlowBody, cfg.TunnelIdleTimeout, report))
+		finish(relay(c, lease.Conn, pending, cfg.SlowBody, cfg.TunnelIdleTimeout, report, answered))
 	}()
 }
 

@@ -24,6 +24,7 @@ type pumpedTunnel struct {
 	slow       SlowBodyConfig
 	idle       time.Duration
 	report     func(*health.Failure)
+	answered   func() // may be nil; the first byte from the upstream side came (relay's answered)
 	end        func(relayResult)
 	left       atomic.Int32 // directions still running
 
@@ -44,7 +45,7 @@ type pumpedTunnel struct {
 // reactor, or a side is not a raw TCP socket, e.g. TLS to an https proxy):
 // the caller relays it the classic way.
 func newPumpedTunnel(r *splice.Reactor, client, up net.Conn, pending []byte, slow SlowBodyConfig, idle time.Duration,
-	report func(*health.Failure), end func(relayResult)) *pumpedTunnel {
+	report func(*health.Failure), answered func(), end func(relayResult)) *pumpedTunnel {
 	if r == nil {
 		return nil
 	}
@@ -53,7 +54,7 @@ func newPumpedTunnel(r *splice.Reactor, client, up net.Conn, pending []byte, slo
 	if !ok1 || !ok2 {
 		return nil
 	}
-	return &pumpedTunnel{r: r, client: c, up: u, pending: pending, slow: slow, idle: idle, report: report, end: end}
+	return &pumpedTunnel{r: r, client: c, up: u, pending: pending, slow: slow, idle: idle, report: report, answered: answered, end: end}
 }
 
 // start begins both directions; the tunnel then runs on its own and calls
@@ -108,6 +109,8 @@ func (t *pumpedTunnel) clientSent() {
 	t.mu.Unlock()
 }
 
+// upstreamSent runs once, as the first bytes from the upstream side are
+// written to the client.
 func (t *pumpedTunnel) upstreamSent() {
 	t.mu.Lock()
 	t.gotFirst = true
@@ -116,6 +119,9 @@ func (t *pumpedTunnel) upstreamSent() {
 		t.fbTimer.Stop()
 	}
 	t.mu.Unlock()
+	if t.answered != nil {
+		t.answered() // outside mu: it reports to health
+	}
 }
 
 // firstByteExpired runs first_byte after the clock was (re)armed. The

@@ -26,6 +26,7 @@ type Record struct {
 	ramping  atomic.Bool   // slow start active; written under mu
 	ntargets atomic.Int32  // len(targets); written under mu
 	nfails   atomic.Int32  // len(targetFails); written under mu
+	nsilent  atomic.Int32  // len(silences); written under mu
 	pending  atomic.Bool   // some failure run is non-zero; written under mu
 
 	successes   atomic.Uint64 // independent counter
@@ -90,6 +91,7 @@ type Record struct {
 	targets      map[string]*targetCooldown
 	targetDrops  uint64
 	targetFails  []targetFail // recent target failures, for the target rule
+	silences     []targetFail // recent first-byte silences of tunnels, for the silence rule
 }
 
 // failureMatrix counts failures by class and stage. A record allocates
@@ -367,6 +369,11 @@ func (t *Tracker) Neutral(r *Record) {}
 //     cools r for that host:port only, as
 //     upstream_error at the failure's stage (see OthersReached, which the
 //     attempt loop calls when its next upstream reaches it at once).
+//   - A tunnel's first-byte silence (slow_body at first_byte with Scope
+//     ScopeTarget) cools r for that host only, and r whole only on
+//     evidence that the silence is r's: silent at TargetRuleHosts hosts
+//     that answer through other records, or again at a host:port that
+//     answered through another since (see silence.go, Answered).
 //   - A failure with Target set whose class has scope "target"
 //     (Config.ScopeTargetHTTPError, Config.ScopeSlowBody) cools r for that
 //     host only; see AdmitTarget.
@@ -439,6 +446,10 @@ func (t *Tracker) fail(r *Record, f *Failure, epoch uint64, mode failMode) {
 			r.countFailure(UpstreamError, stage, 1)
 			t.coolTarget(s, r, now, UpstreamError, stage, of.Target, detailOf(of.Err), of.Err, &e)
 		}
+	case scoped && silentAtTarget(f):
+		// A tunnel's target sent nothing: the host's, unless the evidence
+		// says r's (silence.go).
+		t.silent(s, r, now, f, live, observed, &e)
 	case scoped && scopedToTarget(f):
 		// A refusal of one destination: that host (or host:port) only,
 		// unless the upstream refuses hosts that others reach (the

@@ -73,6 +73,10 @@ type Tracker struct {
 	// seen remembers which records recently reached which target hosts,
 	// for the target-failure rule.
 	seen targetSeen
+	// answered remembers which records' tunnels recently got a byte back
+	// from which target hosts, for the silence rule (silence.go): a
+	// CONNECT that succeeded says nothing about whether the target speaks.
+	answered targetSeen
 
 	mu sync.RWMutex
 	// mu guards the fields below.
@@ -126,6 +130,7 @@ func NewTracker(cfg Config, clock Clock, log zerolog.Logger) *Tracker {
 	ch := make(chan struct{})
 	t.changed.Store(&ch)
 	t.seen.init()
+	t.answered.init()
 	return t
 }
 

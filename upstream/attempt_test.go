@@ -407,9 +407,10 @@ func TestCanonicalTarget(t *testing.T) {
 }
 
 // TestLeaseFailFilesHostPort: a failure the gateway reports on a tunnel
-// naming only its host (slow body on direct, scope target) is filed under
-// the tunnel's host:port, so that it still counts towards the
-// target-failure rule, and it cools that host only.
+// naming only its host (a tunnel's first-byte silence, scope target) is
+// filed under the tunnel's host:port, so that it still counts towards the
+// silence rule (health's silence.go), and it cools that host only; the
+// tunnels that got an answer (Lease.Answered) are the rule's evidence.
 func TestLeaseFailFilesHostPort(t *testing.T) {
 	target := upstreamtest.NewTarget(t)
 	_, port, _ := net.SplitHostPort(target.Addr())
@@ -418,30 +419,44 @@ func TestLeaseFailFilesHostPort(t *testing.T) {
 	p, tr := dialPool(t, time.Second, fakeSpec("good", good, "good"), fakeSpec("slow", slow, "slow"))
 	ctx := context.Background()
 	hosts := []string{"127.0.0.1", "localhost"}
-	// good reaches the hosts after slow failed them; slow's next failure
-	// (nothing listens at 127.0.0.2) weighs the rule.
-	for _, tag := range []string{"slow", "good"} {
-		for _, h := range hosts {
-			l, err := p.Dial(ctx, Request{Addr: net.JoinHostPort(h, port), Tags: []string{tag}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if tag == "slow" {
-				l.Fail(&health.Failure{Class: health.SlowBody, Stage: health.StageFirstByte, Target: h, Scope: health.ScopeTarget})
-			}
-			l.Conn.Close()
-			l.Done()
+	silent := func(h string) {
+		t.Helper()
+		l, err := p.Dial(ctx, Request{Addr: net.JoinHostPort(h, port), Tags: []string{"slow"}})
+		if err != nil {
+			t.Fatal(err)
 		}
+		l.Fail(&health.Failure{Class: health.SlowBody, Stage: health.StageFirstByte, Target: h, Scope: health.ScopeTarget})
+		l.Conn.Close()
+		l.Done()
 	}
-	if _, err := p.Dial(ctx, Request{Addr: net.JoinHostPort("127.0.0.2", port), Tags: []string{"slow"}}); err == nil {
-		t.Fatal("127.0.0.2 connected")
+	// good's tunnels answer at the hosts after slow was silent there;
+	// slow's next silence weighs the rule.
+	for _, h := range hosts {
+		silent(h)
 	}
+	for _, h := range hosts {
+		l, err := p.Dial(ctx, Request{Addr: net.JoinHostPort(h, port), Tags: []string{"good"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Answered()
+		l.Conn.Close()
+		l.Done()
+	}
+	if s := snapshot(t, p, tr, "slow"); s.State != health.Eligible {
+		t.Fatalf("slow before its next silence: %v %v, want eligible", s.State, s.Reason)
+	}
+	// Its next silence, at a third host (reported directly: slow cools
+	// for the first two now), weighs the rule: the first two count only
+	// if Lease.Fail filed them under host:port.
+	tr.Fail(p.Lookup("slow").Record(), &health.Failure{Class: health.SlowBody, Stage: health.StageFirstByte,
+		Scope: health.ScopeTarget, Target: "elsewhere.example:443"})
 	s := snapshot(t, p, tr, "slow")
-	if s.State != health.Cooling || s.Reason != health.UpstreamError {
-		t.Fatalf("slow at 2 hosts others reach at the same port: %v %v, want cooling upstream_error", s.State, s.Reason)
+	if s.State != health.Cooling || s.Reason != health.SlowBody {
+		t.Fatalf("slow silent at 2 hosts that answer others at the same port: %v %v, want cooling slow_body", s.State, s.Reason)
 	}
 	for _, tc := range s.Targets {
-		if tc.Host != "127.0.0.1" && tc.Host != "localhost" {
+		if tc.Host != "127.0.0.1" && tc.Host != "localhost" && tc.Host != "elsewhere.example" {
 			t.Errorf("per-target cooldown filed under %q, want a host", tc.Host)
 		}
 	}
