@@ -64,6 +64,13 @@ type Attempts struct {
 	limited  []*load
 	overflow bool
 	queued   bool
+	// busy is the endpoint (its load) the last noteLimited found at its
+	// limits: pickBound tells a busy session endpoint from one the
+	// request cannot use by it.
+	busy *load
+	// sessBusy is the session's endpoint when the last pick found it busy
+	// and waits for it (nil otherwise): an expired wait says so.
+	sessBusy *Endpoint
 	// replayable is set (Replayable) for a request that may be sent to
 	// another upstream after it reached one (a tunnel before its answer,
 	// an idempotent plain-HTTP request whose body is held); slow holds
@@ -304,6 +311,7 @@ func (a *Attempts) lineUp(slot *bool) bool {
 // limits, or its capacity promised to older waiters: capacity the request
 // may line up for if nothing else admits it.
 func (a *Attempts) noteLimited(ld *load) {
+	a.busy = ld
 	if slices.Contains(a.limited, ld) {
 		return
 	}
@@ -650,16 +658,27 @@ func (e *Endpoint) DialContext(ctx context.Context, network, addr string) (net.C
 }
 
 // pick selects an endpoint a admits and reserves it: the session's
-// endpoint while it is admitted, else the strategy's choice. A session
-// whose endpoint is not admitted (cooling, banned for this host,
-// saturated, already tried) gets the strategy's choice, and is bound to it
-// at once, provisionally (see sessions), so that the session's requests
-// starting meanwhile follow; Succeeded confirms the move (and logs it). A
-// pick that lost that race to another request of the session follows the
-// winner when it admits it: its own choice is released, its rate token
-// given back (a slow-start slot it took stays used). It notes in
-// a.pickGen the generation of the session's binding the pick went by, for
-// the answer's bind (a late answer must not undo a move).
+// endpoint while it is usable, else the strategy's choice. A session's
+// binding is decided once: its endpoint is left only when this request
+// cannot use it (it is not eligible, cools for this host, was tried by
+// this request, is not in this set). At its max_conns or rate (or with
+// what it has promised to clients waiting longer) it is only busy: the
+// request waits for it (pick returns nil, lined up for that endpoint
+// alone), as any request waits for a limited upstream. Issue: a new
+// session's first burst of 8 went out through 2-3 upstreams, each
+// request that found the first pick's upstream at its max_conns moving
+// the session on (with no "session moved" line), so one session had
+// several exit IPs.
+//
+// A session whose endpoint is unusable gets the strategy's choice and is
+// bound to it at once, provisionally (see sessions), so that the
+// session's requests starting meanwhile follow; Succeeded confirms the
+// move (and logs it). A pick that lost that race to another request of
+// the session follows the winner (waiting for it when it is busy): its
+// own choice is released, its rate token given back (a slow-start slot
+// it took stays used). It notes in a.pickGen the generation of the
+// session's binding the pick went by, for the answer's bind (a late
+// answer must not undo a move).
 func (p *Pool) pick(a *Attempts) *Endpoint {
 	a.queued = p.lines.active()
 	s := p.set.Load()
@@ -668,30 +687,75 @@ func (p *Pool) pick(a *Attempts) *Endpoint {
 	if id == "" {
 		return st.pick(s, a)
 	}
+	a.sessBusy = nil
 	key, gen := p.sessions.follow(id)
 	a.pickGen = gen
 	if key != "" {
-		if i, ok := s.byKey[key]; ok && a.admit(s, i) {
-			return s.eps[i]
+		if e, busy := a.pickBound(s, key); e != nil || busy {
+			return e
 		}
 	}
 	e := st.pick(s, a)
 	if e == nil {
 		return nil
 	}
-	win, gen := p.sessions.claim(id, key, e)
-	a.pickGen = gen
-	if win == e.Key {
-		return e
-	}
-	if i, ok := s.byKey[win]; ok && a.admit(s, i) {
-		p.release(e)
-		if e.limit != nil {
-			e.limit.refund(p.share.Load())
+	// Each round lost means another request of the session changed its
+	// binding meanwhile, to an endpoint this one cannot use: rare, and
+	// bounded.
+	for range claimRounds {
+		win, gen := p.sessions.claim(id, key, e)
+		a.pickGen = gen
+		if win == e.Key {
+			return e
 		}
-		return s.eps[i]
+		if f, busy := a.pickBound(s, win); f != nil || busy {
+			p.unreserve(e)
+			return f
+		}
+		key = win
 	}
+	a.pickGen = 0 // served unbound: its answer binds nothing
 	return e
+}
+
+// claimRounds bounds pick's claims for one pick.
+const claimRounds = 3
+
+// pickBound tries the endpoint the session is bound to (identity key):
+// it returns it admitted and reserved, or busy=true when it is usable but
+// at its limits (a.limited then holds it alone, a.rateWait its token's
+// due time: the request waits for that endpoint and no other), or
+// neither when the request cannot use it (see pick).
+func (a *Attempts) pickBound(s *set, key string) (e *Endpoint, busy bool) {
+	i, ok := s.byKey[key]
+	if !ok {
+		return nil, false // removed by a reload, or another instance's
+	}
+	ld := s.lds[i]
+	a.busy = nil
+	rw := a.rateWait
+	a.rateWait = 0
+	if a.admit(s, i) {
+		a.rateWait = rw
+		return s.eps[i], false
+	}
+	if a.busy == ld {
+		a.limited = append(a.limited[:0], ld)
+		a.overflow = false
+		a.sessBusy = s.eps[i]
+		return nil, true
+	}
+	a.rateWait = rw
+	return nil, false
+}
+
+// unreserve undoes what admit reserved on e for a pick that does not use
+// it: its max_conns slot and its rate token.
+func (p *Pool) unreserve(e *Endpoint) {
+	p.release(e)
+	if e.limit != nil {
+		e.limit.refund(p.share.Load())
+	}
 }
 
 // wait blocks until the tracker signals a change, a slot frees (freed,
