@@ -47,10 +47,15 @@ type Attempts struct {
 	// until Release (or Failed, Neutral) ends it, exactly once: the
 	// endpoint's active count and, for a session, the session (see
 	// sessions.hold) and the generation of the binding it was picked
-	// under. pickGen passes that generation from pick to Next.
-	uses    []use
-	usesBuf [3]use // uses' first ones (the default max_attempts), without an allocation
-	pickGen uint64
+	// under. pickGen passes that generation from pick to Next, and
+	// pickClaimed whether that pick made the binding (claim).
+	uses        []use
+	usesBuf     [3]use // uses' first ones (the default max_attempts), without an allocation
+	pickGen     uint64
+	pickClaimed bool
+	// heldAns is 1 + the index in uses of the use whose answer the caller
+	// holds back while it tries another upstream (HoldAnswer; 0: none).
+	heldAns int
 	// rateWait is the shortest time until a rate-limited endpoint refused
 	// by the last pick has a token again (0: none was).
 	rateWait  time.Duration
@@ -89,6 +94,7 @@ type Attempts struct {
 type use struct {
 	e     *Endpoint
 	gen   uint64 // the session's binding generation at the pick (0: none)
+	claim bool   // the pick made that binding (sessions.claim)
 	held  bool   // the session is held (sessions.hold) until the use ends
 	ended bool
 }
@@ -216,6 +222,7 @@ func (a *Attempts) Next(ctx context.Context) (e *Endpoint, err error) {
 	defer func() {
 		if err != nil {
 			a.flushSlow() // no other upstream gets to answer
+			a.bindHeld()  // the client gets the answer held back, if any
 		}
 	}()
 	p := a.p
@@ -236,7 +243,7 @@ func (a *Attempts) Next(ctx context.Context) (e *Endpoint, err error) {
 		a.rateWait, a.limited, a.overflow = 0, a.limited[:0], false
 		if e := p.pick(a); e != nil {
 			a.tried = append(a.tried, e)
-			u := use{e: e, gen: a.pickGen}
+			u := use{e: e, gen: a.pickGen, claim: a.pickClaimed}
 			if a.sess != "" {
 				u.held = p.sessions.hold(a.sess)
 			}
@@ -490,15 +497,66 @@ func (a *Attempts) useOf(e *Endpoint) int {
 	return -1
 }
 
+// HoldAnswer says that e's answer, which the caller reports next
+// (Succeeded, Answered), is held back while another upstream is tried
+// (pool.retry_statuses): it binds the session only if it is the answer
+// the client gets in the end, when no later one is reported (Next or
+// Failed then ends the loop with an error, or the caller releases e).
+// Issue: a new session whose first answer (a 429) was retried on another
+// upstream logged "session moved" from the upstream whose answer the
+// client never saw, and each further retried answer logged one more move.
+func (a *Attempts) HoldAnswer(e *Endpoint) {
+	if i := a.useOf(e); i >= 0 {
+		a.heldAns = i + 1 // an answer held before is superseded
+	}
+}
+
+// bindHeld binds the session to the endpoint whose answer is held back,
+// the one the client gets: as it was picked, its own later claims (the
+// retries' provisional moves, none confirmed) are undone, so the session
+// stays where the client's answer came from.
+func (a *Attempts) bindHeld() {
+	if a.heldAns == 0 {
+		return
+	}
+	u := a.uses[a.heldAns-1]
+	a.heldAns = 0
+	if !u.ended {
+		a.bindUse(u, true)
+	}
+}
+
 func (a *Attempts) bindSession(e *Endpoint) {
 	if a.sess == "" {
 		return
 	}
-	var gen uint64
-	if i := a.useOf(e); i >= 0 {
-		gen = a.uses[i].gen
+	i := a.useOf(e)
+	if i >= 0 && a.heldAns == i+1 {
+		return // held back: see HoldAnswer
 	}
-	from, fromKey, moved, report := a.p.sessions.bind(a.sess, e, gen)
+	a.heldAns = 0 // the client gets this answer, not one held before
+	u := use{e: e}
+	if i >= 0 {
+		u = a.uses[i]
+	}
+	a.bindUse(u, false)
+}
+
+// bindUse binds the session to u's endpoint for u's pick (see
+// sessions.bind); with undo, over a provisional binding one of this
+// request's later picks claimed.
+func (a *Attempts) bindUse(u use, undo bool) {
+	if a.sess == "" {
+		return
+	}
+	e := u.e
+	var mine func(uint64) bool
+	if undo {
+		mine = func(gen uint64) bool {
+			return slices.ContainsFunc(a.uses, func(o use) bool { return o.claim && o.gen == gen && o.e != e })
+		}
+	}
+	from, fromKey, moved, report := a.p.sessions.bindOver(a.sess, e, u.gen, mine)
 	if moved {
 		ev := a.p.log.Info().Str("session", a.req.Session).Str("from", from).Str("to", e.Name)
 		if a.req.User != "" {
@@ -519,6 +577,9 @@ func (a *Attempts) Release(e *Endpoint) {
 	i := a.useOf(e)
 	if i < 0 {
 		return
+	}
+	if a.heldAns == i+1 {
+		a.bindHeld() // released with no later answer: the client got it
 	}
 	u := &a.uses[i]
 	u.ended = true
@@ -557,8 +618,13 @@ func (a *Attempts) Release(e *Endpoint) {
 // upstream that served within aliveWindow (target_timeout). An
 // auth_rejected through an endpoint whose credentials a reload has since
 // replaced is only counted (health.Tracker.FailStale).
-func (a *Attempts) Failed(ctx context.Context, e *Endpoint, err error) error {
+func (a *Attempts) Failed(ctx context.Context, e *Endpoint, err error) (stop error) {
 	p := a.p
+	defer func() {
+		if stop != nil {
+			a.bindHeld() // the client gets the answer held back, if any
+		}
+	}()
 	a.Release(e)
 	if ctx.Err() != nil && IsCanceled(err) {
 		// The client went away: neither a success nor a failure.
@@ -687,7 +753,7 @@ func (p *Pool) pick(a *Attempts) *Endpoint {
 	if id == "" {
 		return st.pick(s, a)
 	}
-	a.sessBusy = nil
+	a.sessBusy, a.pickClaimed = nil, false
 	key, gen := p.sessions.follow(id)
 	a.pickGen = gen
 	if key != "" {
@@ -706,6 +772,7 @@ func (p *Pool) pick(a *Attempts) *Endpoint {
 		win, gen := p.sessions.claim(id, key, e)
 		a.pickGen = gen
 		if win == e.Key {
+			a.pickClaimed = true
 			return e
 		}
 		if f, busy := a.pickBound(s, win); f != nil || busy {
