@@ -458,7 +458,8 @@ func (a *Attempts) viable(s *set, i int) bool {
 // Succeeded reports a successful attempt on e (which stays active until
 // Release). With a session id the session is bound to e (its TTL slides)
 // unless it moved since e was picked (a late answer does not move it
-// back); a session that was bound to another endpoint has moved, which
+// back) or e's answer is held back (HoldAnswer: it binds once the client
+// gets it); a session that was bound to another endpoint has moved, which
 // is logged at info. In fleet mode a new or moved binding (and a
 // refresh, at most once per ttl/4) is handed to the fleet, which queues
 // it: nothing waits on Redis. The session is held from the pick to
