@@ -277,6 +277,10 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 			continue
 		}
 		reported = nil
+		retry := slices.Contains(pcfg.RetryStatuses, resp.StatusCode) && idempotent(r.Method) && big == nil
+		if retry {
+			att.HoldAnswer(e) // the session binds to it only if the client gets it
+		}
 		if slices.Contains(cfg.TargetHTTPError.Statuses, resp.StatusCode) {
 			att.Answered(e)
 			reported = &health.Failure{Class: health.TargetHTTPError, Stage: health.StageHTTPStatus, Target: host,
@@ -290,7 +294,7 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 			att.Release(lastEP)
 			last, lastEP, lastReported = nil, nil, nil
 		}
-		if slices.Contains(pcfg.RetryStatuses, resp.StatusCode) && idempotent(r.Method) && big == nil {
+		if retry {
 			// Try another upstream; keep this answer in case none does better.
 			last, lastEP, lastReported = resp, e, reported
 			continue

@@ -47,10 +47,15 @@ type Attempts struct {
 	// until Release (or Failed, Neutral) ends it, exactly once: the
 	// endpoint's active count and, for a session, the session (see
 	// sessions.hold) and the generation of the binding it was picked
-	// under. pickGen passes that generation from pick to Next.
-	uses    []use
-	usesBuf [3]use // uses' first ones (the default max_attempts), without an allocation
-	pickGen uint64
+	// under. pickGen passes that generation from pick to Next, and
+	// pickClaimed whether that pick made the binding (claim).
+	uses        []use
+	usesBuf     [3]use // uses' first ones (the default max_attempts), without an allocation
+	pickGen     uint64
+	pickClaimed bool
+	// heldAns is 1 + the index in uses of the use whose answer the caller
+	// holds back while it tries another upstream (HoldAnswer; 0: none).
+	heldAns int
 	// rateWait is the shortest time until a rate-limited endpoint refused
 	// by the last pick has a token again (0: none was).
 	rateWait  time.Duration
@@ -64,6 +69,13 @@ type Attempts struct {
 	limited  []*load
 	overflow bool
 	queued   bool
+	// busy is the endpoint (its load) the last noteLimited found at its
+	// limits: pickBound tells a busy session endpoint from one the
+	// request cannot use by it.
+	busy *load
+	// sessBusy is the session's endpoint when the last pick found it busy
+	// and waits for it (nil otherwise): an expired wait says so.
+	sessBusy *Endpoint
 	// replayable is set (Replayable) for a request that may be sent to
 	// another upstream after it reached one (a tunnel before its answer,
 	// an idempotent plain-HTTP request whose body is held); slow holds
@@ -82,6 +94,7 @@ type Attempts struct {
 type use struct {
 	e     *Endpoint
 	gen   uint64 // the session's binding generation at the pick (0: none)
+	claim bool   // the pick made that binding (sessions.claim)
 	held  bool   // the session is held (sessions.hold) until the use ends
 	ended bool
 }
@@ -209,6 +222,7 @@ func (a *Attempts) Next(ctx context.Context) (e *Endpoint, err error) {
 	defer func() {
 		if err != nil {
 			a.flushSlow() // no other upstream gets to answer
+			a.bindHeld()  // the client gets the answer held back, if any
 		}
 	}()
 	p := a.p
@@ -229,7 +243,7 @@ func (a *Attempts) Next(ctx context.Context) (e *Endpoint, err error) {
 		a.rateWait, a.limited, a.overflow = 0, a.limited[:0], false
 		if e := p.pick(a); e != nil {
 			a.tried = append(a.tried, e)
-			u := use{e: e, gen: a.pickGen}
+			u := use{e: e, gen: a.pickGen, claim: a.pickClaimed}
 			if a.sess != "" {
 				u.held = p.sessions.hold(a.sess)
 			}
@@ -304,6 +318,7 @@ func (a *Attempts) lineUp(slot *bool) bool {
 // limits, or its capacity promised to older waiters: capacity the request
 // may line up for if nothing else admits it.
 func (a *Attempts) noteLimited(ld *load) {
+	a.busy = ld
 	if slices.Contains(a.limited, ld) {
 		return
 	}
@@ -443,7 +458,8 @@ func (a *Attempts) viable(s *set, i int) bool {
 // Succeeded reports a successful attempt on e (which stays active until
 // Release). With a session id the session is bound to e (its TTL slides)
 // unless it moved since e was picked (a late answer does not move it
-// back); a session that was bound to another endpoint has moved, which
+// back) or e's answer is held back (HoldAnswer: it binds once the client
+// gets it); a session that was bound to another endpoint has moved, which
 // is logged at info. In fleet mode a new or moved binding (and a
 // refresh, at most once per ttl/4) is handed to the fleet, which queues
 // it: nothing waits on Redis. The session is held from the pick to
@@ -482,27 +498,6 @@ func (a *Attempts) useOf(e *Endpoint) int {
 	return -1
 }
 
-func (a *Attempts) bindSession(e *Endpoint) {
-	if a.sess == "" {
-		return
-	}
-	var gen uint64
-	if i := a.useOf(e); i >= 0 {
-		gen = a.uses[i].gen
-	}
-	from, fromKey, moved, report := a.p.sessions.bind(a.sess, e, gen)
-	if moved {
-		ev := a.p.log.Info().Str("session", a.req.Session).Str("from", from).Str("to", e.Name)
-		if a.req.User != "" {
-			ev = ev.Str("user", a.req.User) // the session's owner: ids are per user
-		}
-		ev.Msg("session moved")
-	}
-	if report && a.p.fleet != nil {
-		a.p.fleet.SessionBound(a.sess, e.Key, fromKey, a.p.sessions.ttl())
-	}
-}
-
 // Release ends the use of e, an endpoint Next returned for this request:
 // e is no longer active for it, and the session it held since the pick
 // slides its TTL from now. Only the first call for a use counts (Failed
@@ -511,6 +506,9 @@ func (a *Attempts) Release(e *Endpoint) {
 	i := a.useOf(e)
 	if i < 0 {
 		return
+	}
+	if a.heldAns == i+1 {
+		a.bindHeld() // released with no later answer: the client got it
 	}
 	u := &a.uses[i]
 	u.ended = true
@@ -549,8 +547,13 @@ func (a *Attempts) Release(e *Endpoint) {
 // upstream that served within aliveWindow (target_timeout). An
 // auth_rejected through an endpoint whose credentials a reload has since
 // replaced is only counted (health.Tracker.FailStale).
-func (a *Attempts) Failed(ctx context.Context, e *Endpoint, err error) error {
+func (a *Attempts) Failed(ctx context.Context, e *Endpoint, err error) (stop error) {
 	p := a.p
+	defer func() {
+		if stop != nil {
+			a.bindHeld() // the client gets the answer held back, if any
+		}
+	}()
 	a.Release(e)
 	if ctx.Err() != nil && IsCanceled(err) {
 		// The client went away: neither a success nor a failure.
@@ -647,51 +650,6 @@ func (e *Endpoint) DialContext(ctx context.Context, network, addr string) (net.C
 		e.observeLatency(e.clock.Now().Sub(t0))
 	}
 	return c, err
-}
-
-// pick selects an endpoint a admits and reserves it: the session's
-// endpoint while it is admitted, else the strategy's choice. A session
-// whose endpoint is not admitted (cooling, banned for this host,
-// saturated, already tried) gets the strategy's choice, and is bound to it
-// at once, provisionally (see sessions), so that the session's requests
-// starting meanwhile follow; Succeeded confirms the move (and logs it). A
-// pick that lost that race to another request of the session follows the
-// winner when it admits it: its own choice is released, its rate token
-// given back (a slow-start slot it took stays used). It notes in
-// a.pickGen the generation of the session's binding the pick went by, for
-// the answer's bind (a late answer must not undo a move).
-func (p *Pool) pick(a *Attempts) *Endpoint {
-	a.queued = p.lines.active()
-	s := p.set.Load()
-	st := p.settings.Load().strategy
-	id := a.sess
-	if id == "" {
-		return st.pick(s, a)
-	}
-	key, gen := p.sessions.follow(id)
-	a.pickGen = gen
-	if key != "" {
-		if i, ok := s.byKey[key]; ok && a.admit(s, i) {
-			return s.eps[i]
-		}
-	}
-	e := st.pick(s, a)
-	if e == nil {
-		return nil
-	}
-	win, gen := p.sessions.claim(id, key, e)
-	a.pickGen = gen
-	if win == e.Key {
-		return e
-	}
-	if i, ok := s.byKey[win]; ok && a.admit(s, i) {
-		p.release(e)
-		if e.limit != nil {
-			e.limit.refund(p.share.Load())
-		}
-		return s.eps[i]
-	}
-	return e
 }
 
 // wait blocks until the tracker signals a change, a slot frees (freed,

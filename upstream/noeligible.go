@@ -60,6 +60,12 @@ type NoEligibleError struct {
 	// probe target itself (health's "probe target seems down"): then the
 	// probe target, not the upstreams, seems to be the trouble.
 	ProbeTargetDown int
+	// Session and SessionUpstream are set when the request waited for the
+	// upstream its sticky session is bound to, which stayed at its limits:
+	// the session keeps it rather than change exit. The counts above then
+	// cover that upstream alone (Matching 1, at max_conns or rate): the
+	// others were not the request's to take.
+	Session, SessionUpstream string
 	// Wait is the pool.wait_for_upstream the request waited (a
 	// nanosecond for "0s": no wait); 0 when it did not wait at all (tags
 	// no upstream has).
@@ -76,6 +82,10 @@ func (e *NoEligibleError) Error() string {
 	tags := quoteTags(e.Tags)
 	if len(e.Tags) > 0 && e.Matching == 0 {
 		return "no eligible upstream: no upstream has tags " + tags
+	}
+	if e.SessionUpstream != "" {
+		return "no eligible upstream: session " + e.Session + " keeps upstream " + e.SessionUpstream +
+			", which stayed at its max_conns or rate limit (a new session id gets another upstream)"
 	}
 	busy := e.AtMaxConns + e.AtRate
 	out := e.outText()
@@ -278,6 +288,15 @@ func (a *Attempts) noEligible() error {
 	p, s := a.p, a.p.set.Load()
 	host := a.req.Host()
 	ne := &NoEligibleError{Tags: a.req.Tags, Host: host, Wait: a.cfg.WaitForUpstream}
+	if e := a.sessBusy; e != nil {
+		ne.Session, ne.SessionUpstream, ne.Matching = a.req.Session, e.Name, 1
+		if a.rateWait > 0 {
+			ne.AtRate = 1
+		} else {
+			ne.AtMaxConns = 1
+		}
+		return ne
+	}
 	share := p.share.Load()
 	var cooling, hostCooling [16]int // by class; health has fewer
 	count := func(e *Endpoint) {

@@ -244,6 +244,14 @@ func (s *sessions) claim(id, expect string, e *Endpoint) (string, uint64) {
 // binding is to have had (see Fleet.SessionBound): e's own for a refresh,
 // the one replaced for a move, "" for a new binding.
 func (s *sessions) bind(id string, e *Endpoint, gen uint64) (from, fromKey string, moved, report bool) {
+	return s.bindOver(id, e, gen, nil)
+}
+
+// bindOver is bind, where mine (when not nil) names the generations of
+// provisional bindings the caller's own request claimed after gen's pick
+// (see Attempts.bindHeld): those are no move by another request, and are
+// replaced.
+func (s *sessions) bindOver(id string, e *Endpoint, gen uint64, mine func(uint64) bool) (from, fromKey string, moved, report bool) {
 	if id == "" {
 		return "", "", false, false
 	}
@@ -256,7 +264,7 @@ func (s *sessions) bind(id string, e *Endpoint, gen uint64) (from, fromKey strin
 	switch {
 	case !had:
 		s.makeRoom(sh, now)
-	case live && old.gen != gen:
+	case live && old.gen != gen && !(old.prov && mine != nil && mine(old.gen)):
 		// Moved since this attempt was picked: the move stands.
 		return "", "", false, false
 	case old.key == e.Key:
