@@ -21,7 +21,6 @@ import (
 
 	"github.com/rotor-proxy/rotor/cluster"
 	"github.com/rotor-proxy/rotor/gateway"
-	"github.com/rotor-proxy/rotor/internal/logbuf"
 )
 
 // version is stamped at build time with -ldflags "-X main.version=…".
@@ -82,19 +81,8 @@ func run(args []string, stdout, stderr io.Writer, notify notifyFunc) int {
 		fmt.Fprintln(stdout, "rotor", version)
 		return 0
 	}
-	var out io.Writer
-	switch *logFormat {
-	case "json":
-		// Info lines (one per tunnel and per request) are written in
-		// batches at most 100 ms old; warnings and errors at once.
-		lw := logbuf.New(stderr, logbuf.MaxDelay)
-		defer lw.Close()
-		out = lw
-	case "console":
-		// Colours only on a terminal: a log file, journald or docker logs
-		// would get the escape codes.
-		out = zerolog.ConsoleWriter{Out: stderr, TimeFormat: time.RFC3339, NoColor: !isTerminal(stderr)}
-	}
+	out, lw := logOutput(*logFormat, stderr)
+	defer lw.Close()
 	path, err := configFile(*configPath)
 	if err != nil {
 		fmt.Fprintln(stderr, "rotor:", err)
@@ -145,7 +133,7 @@ func run(args []string, stdout, stderr io.Writer, notify notifyFunc) int {
 	notify(sigs, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(sigs)
 
-	srv, err := gateway.New(cfg, gateway.Options{Log: log, RunRecord: gateway.RunRecordPath(cfg.Path())})
+	srv, err := gateway.New(cfg, gateway.Options{Log: log, RunRecord: gateway.RunRecordPath(cfg.Path()), LogDropped: lw.Dropped})
 	if err != nil {
 		log.Error().Err(err).Msg("start failed")
 		return 1
