@@ -7,12 +7,31 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 )
+
+// buildRotor builds the rotor binary into a temporary directory.
+func buildRotor(t *testing.T) string {
+	t.Helper()
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
+	}
+	bin := filepath.Join(t.TempDir(), "rotor")
+	if out, err := exec.Command(goTool, "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
 
 // logPipe is an os.Pipe for rotor's stderr; both ends close at cleanup.
 func logPipe(t *testing.T) (r, w *os.File) {
@@ -158,5 +177,73 @@ func TestUnreadStderrDoesNotStallTunnels(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("rotor still running 30s after SIGTERM with an unread stderr")
+	}
+}
+
+var droppedMetric = regexp.MustCompile(`(?m)^rotor_log_lines_dropped_total (\d+)$`)
+
+// TestClosedStderrPipeBinary: rotor's stderr is a pipe that closes after
+// the first lines (`rotor 2> >(head -c 300 >/dev/null)`). Bug: the next
+// log write killed rotor with SIGPIPE (exit 141: no drain, no state
+// file). It must keep serving, count the lost lines in
+// rotor_log_lines_dropped_total, and drain and exit 0 on SIGTERM.
+func TestClosedStderrPipeBinary(t *testing.T) {
+	bin := buildRotor(t)
+	target := echoTarget(t)
+	pr, pw := logPipe(t)
+	cmd := exec.Command(bin, "-config", drainConf(t))
+	cmd.Env = append(os.Environ(), "XDG_RUNTIME_DIR="+t.TempDir())
+	cmd.Stderr = pw
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pw.Close() // rotor holds the only write end
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }() // owner: the test; ends when rotor does
+	t.Cleanup(func() {
+		select {
+		case <-exited:
+		default:
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	})
+	addrs := readListening(t, pr, "http", "admin")
+	pr.Close() // the log reader goes away
+
+	c := openTunnel(t, addrs["http"], target)
+	c.Close() // its line goes to the closed pipe
+	dropped := 0
+	for deadline := time.Now().Add(20 * time.Second); dropped == 0; time.Sleep(20 * time.Millisecond) {
+		select {
+		case err := <-exited:
+			exited <- err
+			t.Fatalf("rotor died writing to a closed stderr: %v", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no dropped log line counted within 20s")
+		}
+		code, body, err := get(t, "http://"+addrs["admin"]+"/metrics")
+		if err != nil || code != 200 {
+			continue
+		}
+		if m := droppedMetric.FindStringSubmatch(body); m != nil {
+			dropped, _ = strconv.Atoi(m[1])
+		}
+	}
+	c = openTunnel(t, addrs["http"], target) // still serving
+	c.Close()
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		exited <- err
+		if err != nil {
+			t.Errorf("rotor with a closed stderr, after SIGTERM: %v, want exit 0", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("rotor still running 30s after SIGTERM")
 	}
 }

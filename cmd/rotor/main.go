@@ -26,7 +26,14 @@ import (
 // version is stamped at build time with -ldflags "-X main.version=…".
 var version = "dev"
 
-func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr, signal.Notify)) }
+func main() {
+	// A closed log pipe (`rotor 2> >(head -c 300)`) must not kill rotor:
+	// Go dies of SIGPIPE on EPIPE to fd 1 or 2 unless SIGPIPE is handled.
+	// Ignored, the write fails with EPIPE, the lost lines are counted
+	// (logbuf), and rotor serves, drains and writes its state file.
+	signal.Ignore(syscall.SIGPIPE)
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr, signal.Notify))
+}
 
 // notifyFunc is signal.Notify; tests pass their own, which lets them send
 // signals without signalling the test process.
