@@ -128,6 +128,15 @@ func newMetrics(s *Server) *metrics {
 			Name: "rotor_requests_in_flight",
 			Help: "Plain-HTTP forwarded requests in progress, from their first upstream picked (no tunnel: rotor_tunnels_open leaves them out, rotor_upstream_active counts them on the upstream that carries them).",
 		}, func() float64 { return float64(m.forwarding.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "rotor_log_lines_dropped_total",
+			Help: "Log lines dropped because the log output (stderr) was not taking them: held past the log buffer's bound while nobody read, or lost in a failed write (a closed pipe).",
+		}, func() float64 {
+			if s.logDropped == nil {
+				return 0
+			}
+			return float64(s.logDropped())
+		}),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)

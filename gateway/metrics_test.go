@@ -63,6 +63,8 @@ func TestMetricsExposition(t *testing.T) {
 		`rotor_upstream_successes_total{upstream="dc-1"} 0`,
 		`rotor_upstream_active{upstream="dc-1"} 0`,
 		`rotor_tunnels_open 0`,
+		`rotor_log_lines_dropped_total 0`, // no Options.LogDropped
+		"# TYPE rotor_log_lines_dropped_total counter",
 		"# TYPE rotor_upstream_failures_total counter",
 		"# TYPE rotor_upstreams gauge",
 		"go_goroutines ",

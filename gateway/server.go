@@ -51,6 +51,8 @@ type Server struct {
 	adminWG  sync.WaitGroup // the admin listener's server
 	// runRecord is Options.RunRecord: written by Start, removed by Shutdown.
 	runRecord string
+	// logDropped is Options.LogDropped, read at scrape time.
+	logDropped func() uint64
 
 	tunnels registry
 	// dials holds the SOCKS5 requests past their handshake that wait for
@@ -109,6 +111,10 @@ type Options struct {
 	// bound address for `rotor -healthcheck` (RunRecordPath); "" writes
 	// none.
 	RunRecord string
+	// LogDropped returns the log lines dropped since start because the
+	// log output was not taking them (logbuf.Writer.Dropped), for
+	// rotor_log_lines_dropped_total; nil reports 0.
+	LogDropped func() uint64
 }
 
 // New builds a server from cfg. It does not listen yet.
@@ -117,7 +123,7 @@ func New(cfg *Config, opt Options) (*Server, error) {
 	if clock == nil {
 		clock = health.RealClock()
 	}
-	s := &Server{log: opt.Log, clock: clock, boot: cfg, listeners: map[string]net.Listener{}, runRecord: opt.RunRecord}
+	s := &Server{log: opt.Log, clock: clock, boot: cfg, listeners: map[string]net.Listener{}, runRecord: opt.RunRecord, logDropped: opt.LogDropped}
 	s.h1.bodyIdle = h1BodyIdle
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.tr = health.NewTracker(trackerConfig(cfg), clock, opt.Log)

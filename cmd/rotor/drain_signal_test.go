@@ -9,8 +9,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -131,14 +129,7 @@ func TestDrainIgnoresRepeatedSignal(t *testing.T) {
 // TestDrainIgnoresRepeatedSignalBinary is TestDrainIgnoresRepeatedSignal
 // on the real binary with real signals: kill(2) twice in a row.
 func TestDrainIgnoresRepeatedSignalBinary(t *testing.T) {
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
-	}
-	bin := filepath.Join(t.TempDir(), "rotor")
-	if out, err := exec.Command(goTool, "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildRotor(t)
 	target := echoTarget(t)
 	stderr := &lockedBuffer{}
 	cmd := exec.Command(bin, "-config", drainConf(t))

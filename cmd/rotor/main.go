@@ -21,13 +21,19 @@ import (
 
 	"github.com/rotor-proxy/rotor/cluster"
 	"github.com/rotor-proxy/rotor/gateway"
-	"github.com/rotor-proxy/rotor/internal/logbuf"
 )
 
 // version is stamped at build time with -ldflags "-X main.version=…".
 var version = "dev"
 
-func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr, signal.Notify)) }
+func main() {
+	// A closed log pipe (`rotor 2> >(head -c 300)`) must not kill rotor:
+	// Go dies of SIGPIPE on EPIPE to fd 1 or 2 unless SIGPIPE is handled.
+	// Ignored, the write fails with EPIPE, the lost lines are counted
+	// (logbuf), and rotor serves, drains and writes its state file.
+	signal.Ignore(syscall.SIGPIPE)
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr, signal.Notify))
+}
 
 // notifyFunc is signal.Notify; tests pass their own, which lets them send
 // signals without signalling the test process.
@@ -82,19 +88,8 @@ func run(args []string, stdout, stderr io.Writer, notify notifyFunc) int {
 		fmt.Fprintln(stdout, "rotor", version)
 		return 0
 	}
-	var out io.Writer
-	switch *logFormat {
-	case "json":
-		// Info lines (one per tunnel and per request) are written in
-		// batches at most 100 ms old; warnings and errors at once.
-		lw := logbuf.New(stderr, logbuf.MaxDelay)
-		defer lw.Close()
-		out = lw
-	case "console":
-		// Colours only on a terminal: a log file, journald or docker logs
-		// would get the escape codes.
-		out = zerolog.ConsoleWriter{Out: stderr, TimeFormat: time.RFC3339, NoColor: !isTerminal(stderr)}
-	}
+	out, lw := logOutput(*logFormat, stderr)
+	defer lw.Close()
 	path, err := configFile(*configPath)
 	if err != nil {
 		fmt.Fprintln(stderr, "rotor:", err)
@@ -145,7 +140,7 @@ func run(args []string, stdout, stderr io.Writer, notify notifyFunc) int {
 	notify(sigs, syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(sigs)
 
-	srv, err := gateway.New(cfg, gateway.Options{Log: log, RunRecord: gateway.RunRecordPath(cfg.Path())})
+	srv, err := gateway.New(cfg, gateway.Options{Log: log, RunRecord: gateway.RunRecordPath(cfg.Path()), LogDropped: lw.Dropped})
 	if err != nil {
 		log.Error().Err(err).Msg("start failed")
 		return 1

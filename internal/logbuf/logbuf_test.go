@@ -2,11 +2,13 @@ package logbuf
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -41,77 +43,100 @@ func (s *sink) count() int {
 	return len(s.writes)
 }
 
-// waitFor polls until cond holds, failing after 5s.
-func waitFor(t *testing.T, what string, cond func() bool) {
+func (s *sink) fail(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.err = err
+}
+
+// closeW closes w at the test's end (in a synctest bubble: before it
+// ends, as the writer goroutine must have exited).
+func closeW(t *testing.T, w *Writer) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within 5s: %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
+	if err := w.Close(); err != nil {
+		t.Errorf("Close: %v", err)
 	}
 }
 
+// Info lines are held for Delay and written as one batch (issue #8).
 func TestInfoLinesAreBatched(t *testing.T) {
-	s := &sink{}
-	w := New(s, 50*time.Millisecond)
-	log := zerolog.New(w)
-	for i := 0; i < 10; i++ {
-		log.Info().Int("i", i).Msg("tunnel")
-	}
-	if n := s.count(); n != 0 {
-		t.Fatalf("%d writes before the delay, want 0 (lines are held)", n)
-	}
-	waitFor(t, "the held lines are written", func() bool { return s.count() > 0 })
-	if n := s.count(); n != 1 {
-		t.Fatalf("%d writes for 10 lines, want 1 batch", n)
-	}
-	for i := 0; i < 10; i++ {
-		if !strings.Contains(s.all(), fmt.Sprintf(`"i":%d,`, i)) {
-			t.Fatalf("line %d missing from %q", i, s.all())
+	synctest.Test(t, func(t *testing.T) {
+		s := &sink{}
+		w := New(s, Config{Delay: 50 * time.Millisecond})
+		defer closeW(t, w)
+		log := zerolog.New(w)
+		for i := 0; i < 10; i++ {
+			log.Info().Int("i", i).Msg("tunnel")
 		}
-	}
-	if got := strings.Count(s.all(), "\n"); got != 10 {
-		t.Fatalf("%d lines written, want 10", got)
-	}
-}
-
-func TestWarningsFlushEverythingAtOnce(t *testing.T) {
-	s := &sink{}
-	w := New(s, time.Hour) // a timed flush would never come in this test
-	log := zerolog.New(w)
-	log.Info().Msg("first")
-	log.Debug().Msg("second")
-	log.Warn().Msg("third")
-	got := s.all()
-	if s.count() != 1 || !(strings.Index(got, "first") < strings.Index(got, "second") &&
-		strings.Index(got, "second") < strings.Index(got, "third")) || !strings.Contains(got, "first") {
-		t.Fatalf("after a warning: %d writes %q, want one write with first, second, third in order", s.count(), got)
-	}
-	log.Error().Msg("alone")
-	if s.count() != 2 || s.writes[1] != `{"level":"error","message":"alone"}`+"\n" {
-		t.Fatalf("an error with nothing held: writes %q", s.writes)
-	}
-}
-
-func TestFullBufferIsWritten(t *testing.T) {
-	s := &sink{}
-	w := New(s, time.Hour)
-	line := append(bytes.Repeat([]byte("x"), 1023), '\n')
-	for i := 0; i < flushSize/len(line); i++ {
-		if _, err := w.Write(line); err != nil {
-			t.Fatal(err)
+		synctest.Wait()
+		if n := s.count(); n != 0 {
+			t.Fatalf("%d writes before the delay, want 0 (lines are held)", n)
 		}
-	}
-	if s.count() != 1 || len(s.all()) != flushSize {
-		t.Fatalf("after %d bytes: %d writes of %d bytes, want one of %d", flushSize, s.count(), len(s.all()), flushSize)
-	}
+		time.Sleep(50 * time.Millisecond)
+		synctest.Wait()
+		if n := s.count(); n != 1 {
+			t.Fatalf("%d writes for 10 lines after the delay, want 1 batch", n)
+		}
+		for i := 0; i < 10; i++ {
+			if !strings.Contains(s.all(), fmt.Sprintf(`"i":%d,`, i)) {
+				t.Fatalf("line %d missing from %q", i, s.all())
+			}
+		}
+		if got := strings.Count(s.all(), "\n"); got != 10 {
+			t.Fatalf("%d lines written, want 10", got)
+		}
+	})
 }
 
-func TestCloseFlushesAndStopsHolding(t *testing.T) {
+// A warning wakes the writer at once (no time passes in the bubble) and
+// goes out with everything held before it, in order.
+func TestWarningsAreWrittenAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := &sink{}
+		w := New(s, Config{Delay: time.Hour})
+		defer closeW(t, w)
+		log := zerolog.New(w)
+		start := time.Now()
+		log.Info().Msg("first")
+		log.Debug().Msg("second")
+		log.Warn().Msg("third")
+		synctest.Wait()
+		got := s.all()
+		if s.count() != 1 || got != `{"level":"info","message":"first"}`+"\n"+`{"level":"debug","message":"second"}`+"\n"+`{"level":"warn","message":"third"}`+"\n" {
+			t.Fatalf("after a warning: %d writes %q, want one write with first, second, third in order", s.count(), got)
+		}
+		log.Error().Msg("alone")
+		synctest.Wait()
+		if s.count() != 2 || s.writes[1] != `{"level":"error","message":"alone"}`+"\n" {
+			t.Fatalf("an error with nothing held: writes %q", s.writes)
+		}
+		if d := time.Since(start); d != 0 {
+			t.Errorf("the warnings waited %v", d)
+		}
+	})
+}
+
+func TestFullBatchIsWritten(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := &sink{}
+		w := New(s, Config{Delay: time.Hour})
+		defer closeW(t, w)
+		line := append(bytes.Repeat([]byte("x"), 1023), '\n')
+		for i := 0; i < flushSize/len(line); i++ {
+			if _, err := w.Write(line); err != nil {
+				t.Fatal(err)
+			}
+		}
+		synctest.Wait()
+		if s.count() != 1 || len(s.all()) != flushSize {
+			t.Fatalf("after %d bytes: %d writes of %d bytes, want one of %d", flushSize, s.count(), len(s.all()), flushSize)
+		}
+	})
+}
+
+func TestCloseWritesHeldLinesThenWritesDirectly(t *testing.T) {
 	s := &sink{}
-	w := New(s, time.Hour)
+	w := New(s, Config{Delay: time.Hour})
 	_, _ = w.Write([]byte("held\n"))
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
@@ -123,39 +148,52 @@ func TestCloseFlushesAndStopsHolding(t *testing.T) {
 	if s.all() != "held\nlate\n" {
 		t.Fatalf("a line after Close is held: %q", s.all())
 	}
-}
-
-func TestFlush(t *testing.T) {
-	s := &sink{}
-	w := New(s, time.Hour)
-	_, _ = w.Write([]byte("a\n"))
-	_, _ = w.Write([]byte("b\n"))
-	if err := w.Flush(); err != nil || s.all() != "a\nb\n" {
-		t.Fatalf("Flush: %v, written %q", err, s.all())
-	}
-	if err := w.Flush(); err != nil || s.count() != 1 {
-		t.Fatalf("second Flush: %v, %d writes, want no new write", err, s.count())
+	if err := w.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
 	}
 }
 
-func TestWriteErrorsAreReported(t *testing.T) {
-	boom := errors.New("disk full")
-	s := &sink{err: boom}
-	w := New(s, 10*time.Millisecond)
-	if _, err := w.WriteLevel(zerolog.WarnLevel, []byte("w\n")); !errors.Is(err, boom) {
-		t.Fatalf("immediate write: err %v, want %v", err, boom)
-	}
-	if _, err := w.Write([]byte("held\n")); err != nil {
-		t.Fatalf("held write: %v", err)
-	}
-	// The timed flush fails; the next Write returns its error.
-	waitFor(t, "the timed flush runs", func() bool {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		return w.timer == nil
+// A failed write loses its lines, counted, and never fails the caller
+// (zerolog would print the error to os.Stderr itself); the next batch
+// that gets out ends with the notice.
+func TestWriteErrorsAreCountedAsDrops(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := &sink{err: errors.New("broken pipe")}
+		w := New(s, Config{Delay: time.Hour})
+		defer closeW(t, w)
+		for _, l := range []string{"a\n", "b\n"} {
+			if _, err := w.Write([]byte(l)); err != nil {
+				t.Fatalf("Write: %v", err)
+			}
+		}
+		if _, err := w.WriteLevel(zerolog.WarnLevel, []byte("w\n")); err != nil {
+			t.Fatalf("WriteLevel: %v", err)
+		}
+		synctest.Wait()
+		if got := w.Dropped(); got != 3 {
+			t.Fatalf("Dropped = %d after a failed write of 3 lines, want 3", got)
+		}
+		s.fail(nil)
+		_, _ = w.WriteLevel(zerolog.ErrorLevel, []byte("resumed\n"))
+		synctest.Wait()
+		got := s.all()
+		if !strings.HasPrefix(got, "resumed\n") || !strings.Contains(got, `"message":"3 log lines dropped: stderr was not being read"`) {
+			t.Fatalf("after writes resume: %q, want the line, then the notice of 3", got)
+		}
 	})
-	if _, err := w.Write([]byte("next\n")); !errors.Is(err, boom) {
-		t.Fatalf("write after a failed flush: err %v, want %v", err, boom)
+}
+
+func TestNoticeJSON(t *testing.T) {
+	var line struct {
+		Level, Message, Time string
+		Dropped              uint64
+	}
+	b := NoticeJSON(42)
+	if err := json.Unmarshal(b, &line); err != nil || !bytes.HasSuffix(b, []byte("\n")) {
+		t.Fatalf("notice %q: %v", b, err)
+	}
+	if line.Level != "warn" || line.Dropped != 42 || line.Message != "42 log lines dropped: stderr was not being read" || line.Time == "" {
+		t.Fatalf("notice %+v", line)
 	}
 }
 
@@ -163,7 +201,7 @@ func TestWriteErrorsAreReported(t *testing.T) {
 // written once.
 func TestConcurrentLinesStayWhole(t *testing.T) {
 	s := &sink{}
-	w := New(s, time.Millisecond)
+	w := New(s, Config{Delay: time.Millisecond})
 	log := zerolog.New(w)
 	var wg sync.WaitGroup
 	for g := 0; g < 8; g++ {
