@@ -633,10 +633,12 @@ var errFwdBodyClosed = errors.New("http: read on closed response body")
 // to a request line) and no target either, since an HTTP proxy relays a
 // target's nonsense as an error of its own. Its first read fails then
 // with the upstream's failure (notHTTPFailure): the upstream is cooled,
-// as its probe would, and the request goes to another one. Only a fresh
-// connection's first answer is checked: on a kept-alive one the bytes
-// could be the end of an earlier answer (fwdClient.roundTrip sends the
-// request again on a fresh connection then).
+// as its probe would. The request was written by then, and the upstream
+// may have forwarded it before answering nonsense: only a request that
+// can be sent again goes to another upstream. Only a fresh connection's
+// first answer is checked: on a kept-alive one the bytes could be the end
+// of an earlier answer (fwdClient.roundTrip sends the request again on a
+// fresh connection then).
 type notHTTPConn struct {
 	net.Conn
 	seen int // bytes of the answer checked so far, up to len("HTTP/")
@@ -674,10 +676,12 @@ func notHTTP(b []byte) bool {
 }
 
 // notHTTPFailure is the failure of an upstream that answered b, which is
-// not HTTP: upstream_error at proxy_handshake (the stage a CONNECT's
-// garbage answer gets too), before any byte of the request reached a
-// target, so any request may go to another upstream.
+// not HTTP, to a forwarded request: upstream_error (no HTTP proxy answers
+// so, whatever its target did), at first_byte, since the request had been
+// written to it (both clients read an answer only once they wrote): the
+// upstream may have sent it on, so a request that cannot be replayed is
+// not sent to another one (beforeRequest is false).
 func notHTTPFailure(b []byte) *health.Failure {
-	return &health.Failure{Class: health.UpstreamError, Stage: health.StageProxyHandshake,
+	return &health.Failure{Class: health.UpstreamError, Stage: health.StageFirstByte,
 		Err: errors.New("the upstream's answer is not HTTP (not an HTTP proxy?): " + upstream.PeerText(strconv.Quote(string(b[:min(len(b), 16)]))))}
 }
