@@ -83,6 +83,7 @@ type fwdConn struct {
 	bw     *bufio.Writer
 	key    string
 	idleAt time.Time
+	fields connFields // the Connection fields of the answer's head (fieldsConn under lr)
 }
 
 func newFwdClient(e *upstream.Endpoint) *fwdClient {
@@ -196,7 +197,8 @@ func (fc *fwdClient) dial(ctx context.Context, key string, x *fwdExchange) (*fwd
 		// c itself stays as dialled: the idle sweep looks under it.
 		rc = guardNotHTTP(c)
 	}
-	pc := &fwdConn{c: c, lr: headLimit{c: rc, remain: 1<<63 - 1}, bw: bufio.NewWriterSize(c, 4096), key: key}
+	pc := &fwdConn{c: c, bw: bufio.NewWriterSize(c, 4096), key: key}
+	pc.lr = headLimit{c: &fieldsConn{Conn: rc, f: &pc.fields}, remain: 1<<63 - 1}
 	pc.cut.r = &pc.lr
 	pc.br = bufio.NewReaderSize(&pc.cut, 4096)
 	return pc, nil
@@ -228,6 +230,8 @@ func (fc *fwdClient) exchange(ctx context.Context, pc *fwdConn, x *fwdExchange) 
 	// few KiB of body at most.
 	pc.lr.remain = fwdMaxResponseHead
 	pc.cut.reset()
+	pc.fields.begin()
+	defer pc.fields.end() // the body's bytes are not scanned
 	if _, err := pc.br.Peek(1); err != nil {
 		if werr != nil {
 			return nil, true, werr // no early answer: the write's error tells what happened
@@ -266,6 +270,7 @@ func (fc *fwdClient) exchange(ctx context.Context, pc *fwdConn, x *fwdExchange) 
 		break
 	}
 	pc.lr.remain = 1<<63 - 1
+	pc.fields.keep(resp)
 	if x.firstByte > 0 {
 		_ = pc.c.SetReadDeadline(time.Time{})
 		if ctx.Err() != nil { // a cancel between the read and the reset stays a cancel
