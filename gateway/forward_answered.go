@@ -29,6 +29,7 @@ type answeredConn struct {
 	answered atomic.Bool // a byte came from the peer
 	broken   atomic.Bool // a write failed after that: later writes are dropped
 	wfailed  atomic.Bool // a write failed (taken as written or not): the connection ended while a request was sent
+	fields   syncFields  // the Connection fields of the answer's head (connTrace begins it, roundTripTransport keeps them)
 }
 
 // answeredOf returns the answeredConn under c, a connection a Transport
@@ -67,6 +68,7 @@ func (c *answeredConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
 	if n > 0 {
 		c.answered.Store(true)
+		c.fields.feed(p[:n])
 	}
 	return n, err
 }

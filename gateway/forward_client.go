@@ -83,6 +83,7 @@ type fwdConn struct {
 	bw     *bufio.Writer
 	key    string
 	idleAt time.Time
+	fields connFields // the Connection fields of the answer's head (fieldsConn under lr)
 }
 
 func newFwdClient(e *upstream.Endpoint) *fwdClient {
@@ -196,7 +197,8 @@ func (fc *fwdClient) dial(ctx context.Context, key string, x *fwdExchange) (*fwd
 		// c itself stays as dialled: the idle sweep looks under it.
 		rc = guardNotHTTP(c)
 	}
-	pc := &fwdConn{c: c, lr: headLimit{c: rc, remain: 1<<63 - 1}, bw: bufio.NewWriterSize(c, 4096), key: key}
+	pc := &fwdConn{c: c, bw: bufio.NewWriterSize(c, 4096), key: key}
+	pc.lr = headLimit{c: &fieldsConn{Conn: rc, f: &pc.fields}, remain: 1<<63 - 1}
 	pc.cut.r = &pc.lr
 	pc.br = bufio.NewReaderSize(&pc.cut, 4096)
 	return pc, nil
@@ -228,6 +230,8 @@ func (fc *fwdClient) exchange(ctx context.Context, pc *fwdConn, x *fwdExchange) 
 	// few KiB of body at most.
 	pc.lr.remain = fwdMaxResponseHead
 	pc.cut.reset()
+	pc.fields.begin()
+	defer pc.fields.end() // the body's bytes are not scanned
 	if _, err := pc.br.Peek(1); err != nil {
 		if werr != nil {
 			return nil, true, werr // no early answer: the write's error tells what happened
@@ -266,6 +270,7 @@ func (fc *fwdClient) exchange(ctx context.Context, pc *fwdConn, x *fwdExchange) 
 		break
 	}
 	pc.lr.remain = 1<<63 - 1
+	pc.fields.keep(resp)
 	if x.firstByte > 0 {
 		_ = pc.c.SetReadDeadline(time.Time{})
 		if ctx.Err() != nil { // a cancel between the read and the reset stays a cancel
@@ -633,10 +638,12 @@ var errFwdBodyClosed = errors.New("http: read on closed response body")
 // to a request line) and no target either, since an HTTP proxy relays a
 // target's nonsense as an error of its own. Its first read fails then
 // with the upstream's failure (notHTTPFailure): the upstream is cooled,
-// as its probe would, and the request goes to another one. Only a fresh
-// connection's first answer is checked: on a kept-alive one the bytes
-// could be the end of an earlier answer (fwdClient.roundTrip sends the
-// request again on a fresh connection then).
+// as its probe would. The request was written by then, and the upstream
+// may have forwarded it before answering nonsense: only a request that
+// can be sent again goes to another upstream. Only a fresh connection's
+// first answer is checked: on a kept-alive one the bytes could be the end
+// of an earlier answer (fwdClient.roundTrip sends the request again on a
+// fresh connection then).
 type notHTTPConn struct {
 	net.Conn
 	seen int // bytes of the answer checked so far, up to len("HTTP/")
@@ -674,10 +681,12 @@ func notHTTP(b []byte) bool {
 }
 
 // notHTTPFailure is the failure of an upstream that answered b, which is
-// not HTTP: upstream_error at proxy_handshake (the stage a CONNECT's
-// garbage answer gets too), before any byte of the request reached a
-// target, so any request may go to another upstream.
+// not HTTP, to a forwarded request: upstream_error (no HTTP proxy answers
+// so, whatever its target did), at first_byte, since the request had been
+// written to it (both clients read an answer only once they wrote): the
+// upstream may have sent it on, so a request that cannot be replayed is
+// not sent to another one (beforeRequest is false).
 func notHTTPFailure(b []byte) *health.Failure {
-	return &health.Failure{Class: health.UpstreamError, Stage: health.StageProxyHandshake,
+	return &health.Failure{Class: health.UpstreamError, Stage: health.StageFirstByte,
 		Err: errors.New("the upstream's answer is not HTTP (not an HTTP proxy?): " + upstream.PeerText(strconv.Quote(string(b[:min(len(b), 16)]))))}
 }

@@ -32,6 +32,9 @@ func (s *Server) roundTripTransport(e *upstream.Endpoint, cfg *Config, out *http
 			rt = s.freshTransport(e, cfg) // its body cannot go again: no kept-alive connection
 		}
 		resp, err := rt.RoundTrip(ct.request(out))
+		if ac := ct.conn.Load(); err == nil && ac != nil {
+			ac.fields.keep(resp) // what http.ReadResponse deleted, for removeHop
+		}
 		err = ct.closedUnanswered(err, e, out.Method, big, again)
 		err = scrubTransportAnswer(e, err)
 		if again || !resendable(out.Method) || big != nil && big.n.Load() > 0 || s.cutting.Load() ||
@@ -78,7 +81,11 @@ func (ct *connTrace) request(out *http.Request) *http.Request {
 			ct.reused.Store(i.Reused)
 			ct.answered.Store(false)
 			ct.interim.Store(false)
-			ct.conn.Store(answeredOf(i.Conn))
+			ac := answeredOf(i.Conn)
+			ct.conn.Store(ac)
+			if ac != nil {
+				ac.fields.begin() // the request is about to go: its answer is next
+			}
 		},
 		GotFirstResponseByte: func() { ct.answered.Store(true) },
 		// An interim answer ("100 Continue", relayed by squid from the

@@ -66,9 +66,11 @@ func socksAsHTTP(t *testing.T, hold bool) string {
 // TestForwardNotHTTPUpstreamIsTheUpstreams: an http:// upstream that is
 // really a SOCKS server answers rotor's request with bytes that are no
 // HTTP at all, on a fresh connection: that is the upstream's fault
-// (upstream_error at proxy_handshake), the request goes on to another
-// upstream and the bad one cools, as its probe says. rotor used to blame
-// the target (502 target_unreachable, no retry, no cooling).
+// (upstream_error, at first_byte: the request was written), and the bad
+// one cools, as its probe says. A GET goes on to another upstream; a
+// POST, which the upstream may have sent on, gets a 502 and is not sent
+// again (TestForwardNotHTTPAfterSentNotResent). rotor used to blame the
+// target (502 target_unreachable, no retry, no cooling).
 func TestForwardNotHTTPUpstreamIsTheUpstreams(t *testing.T) {
 	target := upstreamtest.NewTarget(t)
 	for _, method := range []string{http.MethodGet, http.MethodPost} { // lean path, Transport
@@ -79,6 +81,7 @@ func TestForwardNotHTTPUpstreamIsTheUpstreams(t *testing.T) {
 				srv, _ := startGateway(t, fmt.Sprintf("[pool]\nstart_eligible = true\nmax_attempts = 2\n"+
 					"[[upstream]]\nurl = \"http://%s\"\nname = \"bad\"\n[[upstream]]\nurl = %q\nname = \"good\"\n", bad, good.URL()))
 				// Round-robin: within two requests one starts on bad.
+				failed := 0
 				for i := range 2 {
 					c, br := h1Dial(t, srv)
 					body := ""
@@ -87,13 +90,21 @@ func TestForwardNotHTTPUpstreamIsTheUpstreams(t *testing.T) {
 					}
 					fmt.Fprintf(c, "%s %s HTTP/1.1\r\nHost: %s\r\nContent-Length: %d\r\n\r\n%s", method, target.URL("/ok"), target.Addr(), len(body), body)
 					r, b := h1Read(t, br, method)
-					if r.StatusCode != http.StatusOK || r.Header.Get("X-Rotor-Upstream") != "good" {
+					switch {
+					case r.StatusCode == http.StatusOK && r.Header.Get("X-Rotor-Upstream") == "good":
+					case method == http.MethodPost && r.StatusCode == http.StatusBadGateway &&
+						r.Header.Get("X-Rotor-Error") == "upstream_error; stage=first_byte; upstream=bad":
+						failed++
+					default:
 						t.Fatalf("request %d: %d %q (%s), want 200 from good", i, r.StatusCode, r.Header.Get("X-Rotor-Error"), strings.TrimSpace(b))
 					}
 				}
+				if want := map[string]int{http.MethodGet: 0, http.MethodPost: 1}[method]; failed != want {
+					t.Errorf("%d 502s from bad, want %d", failed, want)
+				}
 				snap := srv.Tracker().Snapshot(srv.Pool().Lookup("bad").Record())
-				if snap.State != health.Cooling || snap.Reason != health.UpstreamError || snap.Stage != health.StageProxyHandshake {
-					t.Errorf("bad upstream %v %v %v (%s), want cooling upstream_error proxy_handshake", snap.State, snap.Reason, snap.Stage, snap.Detail)
+				if snap.State != health.Cooling || snap.Reason != health.UpstreamError || snap.Stage != health.StageFirstByte {
+					t.Errorf("bad upstream %v %v %v (%s), want cooling upstream_error first_byte", snap.State, snap.Reason, snap.Stage, snap.Detail)
 				}
 				noFailures(t, srv, "good")
 			})
