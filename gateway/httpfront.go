@@ -47,6 +47,13 @@ func (s *Server) proxyAuth(w http.ResponseWriter, r *http.Request) (userParams, 
 	if have && auth.check(params.User, pass) {
 		return params, true
 	}
+	if have {
+		// A wrong password (not none: a 407 to a request without
+		// credentials is how a browser's challenge starts) may be answered
+		// late; the request's context ends the wait when the client left.
+		cfg := s.cfg.Load()
+		s.authFailed("http", r.RemoteAddr, auth.loginUser(params.User), cfg.Listen.HandshakeTimeout-guardMargin, r.Context().Done())
+	}
 	w.Header().Set("Proxy-Authenticate", `Basic realm="rotor"`)
 	// What did not parse, if anything; nothing of the users (see refusal).
 	plainError(w, http.StatusProxyAuthRequired, "client_auth", auth.refusal(user, pass, params))

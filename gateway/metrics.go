@@ -43,6 +43,7 @@ type metrics struct {
 	probeSeconds  *prometheus.HistogramVec
 	transitions   *prometheus.CounterVec
 	targetCools   *prometheus.CounterVec
+	authFailures  *prometheus.CounterVec
 	// forwarding counts the plain-HTTP forwarded requests in progress
 	// (requestStart/requestEnd): they hold an upstream as a tunnel does,
 	// and count in its active, but are no tunnel.
@@ -97,6 +98,10 @@ func newMetrics(s *Server) *metrics {
 			Name: "rotor_target_cooldowns_total",
 			Help: "Per-target cooldowns started (an upstream cooled for one target host only), by class.",
 		}, []string{"class"}),
+		authFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "rotor_client_auth_failures_total",
+			Help: "Wrong client passwords (RFC 1929 or Proxy-Authorization), by front (socks5, http) and answer (immediate, delayed: the client failed often lately, and its answer waited). No credentials at all are not counted.",
+		}, []string{"front", "answer"}),
 	}
 	m.persist.init()
 	for _, f := range []string{"socks5", "http"} {
@@ -107,6 +112,11 @@ func newMetrics(s *Server) *metrics {
 			m.tunnelsTotal.WithLabelValues(f, o)
 		}
 	}
+	for _, f := range []string{"socks5", "http"} {
+		for _, a := range []string{"immediate", "delayed"} {
+			m.authFailures.WithLabelValues(f, a)
+		}
+	}
 	m.bytesTotal.WithLabelValues("up")
 	m.bytesTotal.WithLabelValues("down")
 	for _, r := range []string{"ok", "failed"} {
@@ -114,7 +124,7 @@ func newMetrics(s *Server) *metrics {
 	}
 	m.reg.MustRegister(
 		m.tunnelsActive, m.tunnelsTotal, m.bytesTotal, m.dialSeconds, m.probeSeconds,
-		m.transitions, m.targetCools,
+		m.transitions, m.targetCools, m.authFailures,
 		poolCollector{s, &m.books},
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "rotor_waiting_clients",
@@ -169,6 +179,12 @@ func (m *metrics) requestEnd() { m.forwarding.Add(-1) }
 
 // requestsInFlight returns the forwarded requests in progress now.
 func (m *metrics) requestsInFlight() int64 { return m.forwarding.Load() }
+
+// authFailure counts a wrong client password on front, answered
+// "immediate" or "delayed" (authGuard).
+func (m *metrics) authFailure(front, answer string) {
+	m.authFailures.WithLabelValues(front, answer).Inc()
+}
 
 // tunnelDone counts one finished client connection or forwarded request
 // with its outcome, whether or not a tunnel was started for it.

@@ -39,6 +39,8 @@ type Server struct {
 	// upstream_ca_file, state_file), which Reload compares against.
 	boot *Config
 	auth atomic.Pointer[authenticator]
+	// guard slows client password guessing (authguard.go).
+	guard *authGuard
 	// metricsCapped is whether the last apply left /metrics without the
 	// per-upstream series (metrics.per_upstream_limit); apply logs changes.
 	metricsCapped atomic.Bool
@@ -125,6 +127,7 @@ func New(cfg *Config, opt Options) (*Server, error) {
 	}
 	s := &Server{log: opt.Log, clock: clock, boot: cfg, listeners: map[string]net.Listener{}, runRecord: opt.RunRecord, logDropped: opt.LogDropped}
 	s.h1.bodyIdle = h1BodyIdle
+	s.guard = newAuthGuard(clock)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.tr = health.NewTracker(trackerConfig(cfg), clock, opt.Log)
 	if cfg.Cluster.Enabled() {
@@ -427,6 +430,7 @@ func (s *Server) closeListeners(names ...string) {
 // ended.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.draining.Store(true)
+	s.guard.stop() // delayed wrong-password answers go out now: nothing to drain for
 	s.closeListeners("socks5", "http")
 	// SOCKS5 clients still in their handshake have no tunnel to finish
 	// (like the HTTP front's idle keep-alives): closed now, not when

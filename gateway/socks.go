@@ -133,6 +133,7 @@ func (s *Server) serveSOCKS(c net.Conn, release func()) {
 	cfg := s.cfg.Load()
 	auth := s.auth.Load()
 	_ = c.SetDeadline(time.Now().Add(cfg.Listen.HandshakeTimeout))
+	hsEnd := s.clock.Now().Add(cfg.Listen.HandshakeTimeout) // a delayed wrong-password answer goes out before it
 	read, glen, err := readGreeting(c)
 	if err == nil && read[0] != 5 {
 		answerNotSOCKS5(c, read, min(time.Second, cfg.Listen.HandshakeTimeout))
@@ -155,6 +156,11 @@ func (s *Server) serveSOCKS(c net.Conn, release func()) {
 		params := parseUser(u)
 		user, userPass = u, true
 		clientAuth = !auth.check(params.User, p)
+		if clientAuth {
+			// The guard may hold the RFC 1929 failure status; the margin
+			// leaves time to write it within the connection's deadline.
+			s.authFailed("socks5", c.RemoteAddr().String(), auth.loginUser(params.User), hsEnd.Sub(s.clock.Now())-guardMargin, nil)
+		}
 		return !clientAuth
 	}
 	authed := false // a method was negotiated and passed
