@@ -145,7 +145,7 @@ func (p *probeSpec) exchange(ctx context.Context, d Dialer, raw net.Conn, proxyA
 	if p.tls {
 		tc := tls.Client(raw, p.tlsConf)
 		if err := tc.HandshakeContext(ctx); err != nil {
-			return fmt.Errorf("probe tls: %w", scrubPeerErr(d, err)) // names from the target's certificate
+			return silentAt(fmt.Errorf("probe tls: %w", scrubPeerErr(d, err))) // names from the target's certificate
 		}
 		conn = tc
 	}
@@ -175,7 +175,8 @@ func (p *probeSpec) exchange(ctx context.Context, d Dialer, raw net.Conn, proxyA
 			msg, _, _ = strings.Cut(msg, `"`)
 			return fmt.Errorf("probe response: %s(the line is not shown: it may echo the request)", msg)
 		}
-		return fmt.Errorf("probe response: %w", scrubPeerErr(d, err)) // a header line it could not parse
+		// A header line it could not parse, or the target's silence.
+		return silentAt(fmt.Errorf("probe response: %w", scrubPeerErr(d, err)))
 	}
 	defer resp.Body.Close()
 	if forward && proxyRejectedAuth(resp) {
@@ -198,7 +199,7 @@ func (p *probeSpec) exchange(ctx context.Context, d Dialer, raw net.Conn, proxyA
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("probe body: %w", err)
+		return silentAt(fmt.Errorf("probe body: %w", err))
 	}
 	return errors.New("probe body: expected text not found")
 }
@@ -281,19 +282,36 @@ func (e *StatusError) Error() string { return "probe status " + strconv.Itoa(e.S
 // The target is taken for down when probes through two upstreams in a row
 // failed at the target with nothing reaching it in between (no passing
 // probe, no client tunnel to its host:port), or were both answered the
-// same unexpected status with no passing probe in between: one upstream
-// alone failing there may be a proxy that reaches no target at all (or
-// answers 5xx itself), and stays its own fault. While the target is down, failures at it cool at the base
-// cooldown and count towards no permanent_after (see runProbe); the first
-// passing probe ends it. Probe results are far rarer than tunnels, so a
-// mutex is enough.
+// same unexpected status, or both timed out waiting for the target's
+// answer, with no passing probe in between: one upstream alone failing
+// there may be a proxy that reaches no target at all (or answers 5xx
+// itself), and stays its own fault. While the target is down, failures at
+// it cool at the base cooldown and count towards no permanent_after (see
+// runProbe); the first passing probe ends it.
+//
+// A probe that passed through a third upstream is evidence against: bug,
+// two proxies with broken egress (REP 4 and 5 to every CONNECT) took the
+// target for down while the good upstreams passed their probes to it in
+// the same second, so the broken ones were held at the base cooldown for
+// ever and the 503 text of an empty pool blamed the target. A pass within
+// probePassRecent of the earlier failure is taken as it is; an older one,
+// through an upstream still eligible, is checked again by probing the
+// target through that upstream (runProbe): if that passes, the target
+// answers and the failing upstreams escalate as their own failures; if it
+// fails there too, the target is taken for down. Probe results are far
+// rarer than tunnels, so a mutex is enough.
 type probeTarget struct {
 	mu sync.Mutex
 	// mu guards the fields below.
 	// failed holds the latest probes that failed at the target since the
 	// last passing one, through distinct records, the latest first.
 	failed [2]probeFail
+	// passed holds the latest passing probes, through distinct records,
+	// the latest first.
+	passed [2]probePass
 	down   bool
+	// checked is when toCheck last asked for a check (zero: never).
+	checked time.Time
 }
 
 // probeFail is a probe that failed at the probe target: through rec, at,
@@ -304,29 +322,79 @@ type probeFail struct {
 	sign int
 }
 
-// signUnreachable is targetSign's sign of a failure the upstream reported
-// as the target's (unreachable, timed out); any other sign is an HTTP
-// status the target answered.
-const signUnreachable = -1
+// probePass is a probe that passed through rec at at.
+type probePass struct {
+	rec *Record
+	at  time.Time
+}
+
+// Signs of targetSign other than an HTTP status the target answered.
+const (
+	// signUnreachable is a failure the upstream reported as the target's
+	// (unreachable, timed out).
+	signUnreachable = -1
+	// signSilent is a probe that timed out waiting for the target's
+	// answer once the tunnel through the upstream was up (silentError).
+	signSilent = -2
+)
+
+// probePassRecent is how close before the earlier of two failures at the
+// target a probe passing through a third upstream must be to be taken as
+// evidence that the target answers, without checking it again: probes
+// that came due together (a start, a reload) run within it.
+const probePassRecent = time.Minute
+
+// probeCheckSpacing spaces the checks (toCheck) while the target is taken
+// for down: each failure at the target would otherwise probe it once more
+// through the upstream that passed last.
+const probeCheckSpacing = time.Minute
 
 // targetSign tells whether a probe error err came from the probe target
 // rather than from the upstream as far as one probe can tell, and its
 // sign: signUnreachable for a target failure the upstream reported
-// (failedAtTarget), the status for an answer not in expect_status (bug:
-// a probe target answering 503 to every request cooled every upstream
-// with growing cooldowns). Probes through two upstreams meeting the same
-// sign take the target for down. A proxy's own refusal (407 and the like,
-// a *Failure) has no sign.
+// (failedAtTarget), signSilent for a timeout waiting for the target's
+// answer through the tunnel (bug: a probe target answering after 3 s with
+// probe.timeout 2 s cooled every upstream with timeout cooldowns counted
+// towards permanent_after, and disabled them all), the status for an
+// answer not in expect_status (bug: a probe target answering 503 to every
+// request cooled every upstream with growing cooldowns). Probes through
+// two upstreams meeting the same sign take the target for down. A proxy's
+// own refusal (407 and the like, a *Failure) has no sign.
 func targetSign(err error) (int, bool) {
+	var se *silentError
+	if errors.As(err, &se) {
+		return signSilent, true
+	}
 	var f *Failure
 	if errors.As(err, &f) {
 		return signUnreachable, f.Class.IsTargetFailure()
 	}
-	var se *StatusError
-	if errors.As(err, &se) {
-		return se.StatusCode, true
+	var st *StatusError
+	if errors.As(err, &st) {
+		return st.StatusCode, true
 	}
 	return 0, false
+}
+
+// silentError is a probe that timed out at the target: the connection
+// through the upstream was up (the proxy's handshake done, or its
+// connection taken for a forwarded GET) and the target's TLS handshake,
+// status line or body did not come within probe.timeout. It unwraps to
+// the timeout, which classifies as such.
+type silentError struct{ err error }
+
+func (e *silentError) Error() string { return e.err.Error() }
+func (e *silentError) Unwrap() error { return e.err }
+
+// silentAt returns err, a failure of the exchange with the target, as a
+// silentError when it is a timeout; any other error as it is.
+func silentAt(err error) error {
+	var ne net.Error
+	if errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.As(err, &ne) && ne.Timeout() {
+		return &silentError{err: err}
+	}
+	return err
 }
 
 // probeTargetKeep bounds how long a probe's failure at the target stands
@@ -339,54 +407,139 @@ func probeTargetKeep(p Policy) time.Duration {
 	return max(10*time.Minute, 2*max(p.For(Timeout).Base, p.For(UpstreamError).Base))
 }
 
-// weigh records the outcome err of a probe through r at now and returns
-// whether the probe target is taken for down for this probe, and whether
-// that changed (for the caller to log after every lock). reached reports
-// whether client traffic reached the target's host:port since a time. A
-// probe that failed short of the target (dial, handshake, auth) tells
-// nothing of it and changes nothing.
-func (pt *probeTarget) weigh(r *Record, err error, now time.Time, keep time.Duration, reached func(since time.Time) bool) (down, changed bool) {
+// probeCheck is the target checked again through rec, whose probe
+// passed before (toCheck): err is that probe's outcome.
+type probeCheck struct {
+	rec *Record
+	err error
+}
+
+// targetVerdict is what weigh makes of a probe.
+type targetVerdict struct {
+	// down: the probe target is taken for down for this probe.
+	down bool
+	// changed: down changed, for the caller to log after every lock.
+	changed bool
+	// upBy is the record whose passing probe says the target answers,
+	// when that ended a down; nil when client traffic to the target's
+	// host:port did (or nothing ended).
+	upBy *Record
+}
+
+// judge tells, for a probe through r that failed at the target with sign
+// at now, the earlier failure through another record it pairs with
+// (same; rec nil when none within keep: r's own fault as far as anyone
+// can tell), and the latest pass through a third record (pass; rec nil
+// when none). It changes nothing. Caller holds pt.mu.
+func (pt *probeTarget) judge(r *Record, sign int, now time.Time, keep time.Duration) (same, other probeFail, pass probePass) {
+	for _, f := range pt.failed {
+		if f.rec == nil || f.rec == r {
+			continue
+		}
+		if other.rec == nil {
+			other = f
+		}
+		if same.rec == nil && f.sign == sign {
+			same = f
+		}
+	}
+	if same.rec != nil && now.Sub(same.at) >= keep {
+		same = probeFail{}
+	}
+	for _, p := range pt.passed {
+		if p.rec != nil && p.rec != r && p.rec != same.rec {
+			pass = p
+			break
+		}
+	}
+	return same, other, pass
+}
+
+// recentPass reports whether pass, through a third record, is evidence
+// enough that the target answers for a failure pairing with same.
+func recentPass(same probeFail, pass probePass) bool {
+	return pass.rec != nil && !pass.at.Before(same.at.Add(-probePassRecent))
+}
+
+// toCheck returns the record whose earlier passing probe should be
+// repeated before a failure err through r at now takes the target for
+// down: there is such a pass, not recent enough to stand for itself, and
+// no check ran within probeCheckSpacing while the target is taken for
+// down. nil when no check is wanted. The caller checks only a record that
+// is still eligible.
+func (pt *probeTarget) toCheck(r *Record, err error, now time.Time, keep time.Duration) *Record {
+	sign, atTarget := targetSign(err)
+	if err == nil || !atTarget {
+		return nil
+	}
+	pt.mu.Lock()
+	defer pt.mu.Unlock()
+	same, _, pass := pt.judge(r, sign, now, keep)
+	if same.rec == nil || pass.rec == nil || recentPass(same, pass) ||
+		pt.down && now.Sub(pt.checked) < probeCheckSpacing {
+		return nil
+	}
+	pt.checked = now
+	return pass.rec
+}
+
+// passedThrough records a passing probe through r at now: the target
+// answers. Caller holds pt.mu.
+func (pt *probeTarget) passedThrough(r *Record, now time.Time) {
+	pt.failed = [2]probeFail{}
+	pt.down = false
+	next := [2]probePass{{rec: r, at: now}}
+	for _, p := range pt.passed {
+		if p.rec != nil && p.rec != r {
+			next[1] = p
+			break
+		}
+	}
+	pt.passed = next
+}
+
+// weigh records the outcome err of a probe through r at now, and chk's
+// when the target was checked again through another upstream (toCheck;
+// nil when not), and returns the verdict. reached reports whether client
+// traffic reached the target's host:port since a time. A probe that
+// failed short of the target (dial, handshake, auth) tells nothing of it
+// and changes nothing.
+func (pt *probeTarget) weigh(r *Record, err error, chk *probeCheck, now time.Time, keep time.Duration, reached func(since time.Time) bool) targetVerdict {
 	pt.mu.Lock()
 	defer pt.mu.Unlock()
 	was := pt.down
 	sign, atTarget := targetSign(err)
 	switch {
 	case err == nil:
-		pt.failed = [2]probeFail{}
-		pt.down = false
+		pt.passedThrough(r, now)
+		return targetVerdict{changed: was, upBy: r}
 	case !atTarget:
-		return false, false
-	default:
-		// The latest failure through another record, and the latest one
-		// of those with the same sign (what says the target is down).
-		var other, same probeFail
-		for _, f := range pt.failed {
-			if f.rec == nil || f.rec == r {
-				continue
-			}
-			if other.rec == nil {
-				other = f
-			}
-			if same.rec == nil && f.sign == sign {
-				same = f
-			}
-		}
-		pt.failed = [2]probeFail{{rec: r, at: now, sign: sign}, other}
-		if same.rec == nil || now.Sub(same.at) >= keep {
-			// Only r fails there so lately: its own fault as far as
-			// anyone can tell. The target's state stands until evidence
-			// ends it.
-			return false, false
-		}
-		// Client traffic that reached the target's host:port says it
-		// accepts connections, not that it answers the probe's request
-		// well: it weighs against a target the upstreams could not
-		// reach, not against one that answered them all the same status.
-		down = sign != signUnreachable || !reached(same.at)
-		pt.down = down
-		return down, pt.down != was
+		return targetVerdict{}
 	}
-	return pt.down, pt.down != was
+	same, other, pass := pt.judge(r, sign, now, keep)
+	pt.failed = [2]probeFail{{rec: r, at: now, sign: sign}, other}
+	if same.rec == nil {
+		// Only r fails there so lately: its own fault as far as anyone
+		// can tell. The target's state stands until evidence ends it.
+		return targetVerdict{}
+	}
+	if recentPass(same, pass) {
+		// A third upstream's probe passed lately: the target answers,
+		// those two upstreams do not.
+		pt.down = false
+		return targetVerdict{changed: was, upBy: pass.rec}
+	}
+	if chk != nil && chk.err == nil {
+		pt.passedThrough(chk.rec, now)
+		return targetVerdict{changed: was, upBy: chk.rec}
+	}
+	// Client traffic that reached the target's host:port says it accepts
+	// connections, not that it answers the probe's request well (or in
+	// time): it weighs against a target the upstreams could not reach,
+	// not against one that answered them all the same status or kept
+	// them all waiting.
+	pt.down = sign != signUnreachable || !reached(same.at)
+	return targetVerdict{down: pt.down, changed: pt.down != was}
 }
 
 // failedAtTarget reports a probe error that the upstream reported as the

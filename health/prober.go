@@ -314,6 +314,14 @@ func (t *Tracker) runProbe(ctx context.Context, p *probeSpec, q queued, d Dialer
 	setup, err := p.run(ctx, d, t.clock)
 	now := t.clock.Now()
 	s := t.settings() // a reload during the probe applies to its outcome
+	keep := probeTargetKeep(s.policy)
+	var chk *probeCheck
+	if w := p.target.toCheck(r, err, now, keep); w != nil && ctx.Err() == nil {
+		// Before the target is taken for down, the upstream whose probe
+		// passed last is asked again (probeTarget); no lock is held.
+		chk = t.checkTarget(ctx, p, w)
+		now = t.clock.Now()
+	}
 	var e effects
 	r.mu.Lock()
 	r.probing = false
@@ -336,7 +344,7 @@ func (t *Tracker) runProbe(ctx context.Context, p *probeSpec, q queued, d Dialer
 	}
 	// What the probe tells of the probe target itself (probeTarget; its
 	// lock nests inside r.mu and calls nothing out).
-	targetDown, targetChanged := p.target.weigh(r, err, now, probeTargetKeep(s.policy), func(since time.Time) bool {
+	v := p.target.weigh(r, err, chk, now, keep, func(since time.Time) bool {
 		return t.seen.reachedByOther(p.seenKey, nil, since)
 	})
 	r.lastProbe = wall(now)
@@ -355,7 +363,7 @@ func (t *Tracker) runProbe(ctx context.Context, p *probeSpec, q queued, d Dialer
 			// any other: it shows in failures and failures_by_stage, not
 			// only in the probe counters.
 			r.countFailure(class, StageProbe, 1)
-			if targetDown {
+			if v.down {
 				t.coolAtBase(s, r, now, class, truncate("probe target seems down: "+err.Error(), maxDetail), err, &e)
 			} else {
 				r.consec[class]++
@@ -366,8 +374,8 @@ func (t *Tracker) runProbe(ctx context.Context, p *probeSpec, q queued, d Dialer
 	}
 	r.mu.Unlock()
 	t.apply(&e)
-	if targetChanged {
-		t.logProbeTarget(p, name, targetDown, err)
+	if v.changed {
+		t.logProbeTarget(p, name, v, err)
 	}
 	if so, ok := d.(SetupObserver); ok && err == nil {
 		so.ObserveSetup(setup)
@@ -393,14 +401,43 @@ func (t *Tracker) coolAtBase(s *settings, r *Record, now time.Time, class Class,
 	e.items = append(e.items, item{at: r.deadline, rec: r, epoch: r.epoch, kind: kindProbe})
 }
 
+// checkTarget probes p's target through w, the record whose probe passed
+// last, while w is eligible: the evidence that the target answers is
+// checked before it is set aside. The outcome changes nothing of w (it
+// serves as it did); nil when w is not eligible any more.
+func (t *Tracker) checkTarget(ctx context.Context, p *probeSpec, w *Record) *probeCheck {
+	w.mu.Lock()
+	d, name := w.dialer, w.name
+	ok := !w.removed && d != nil && State(w.state.Load()) == Eligible
+	w.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	_, err := p.run(ctx, d, t.clock)
+	t.log.Debug().Str("upstream", name).Str("target", p.addr).Str("stage", StageProbe.String()).AnErr("err", err).
+		Msg("probe target checked through the upstream whose probe passed last")
+	return &probeCheck{rec: w, err: err}
+}
+
 // logProbeTarget logs, once per change, that the probe target seems down
-// (probes through different upstreams all fail there) or is reachable
-// again; name and err are the probe's that made the change. It runs after
-// every lock is released (STYLE 40).
-func (t *Tracker) logProbeTarget(p *probeSpec, name string, down bool, err error) {
-	if !down {
-		t.log.Info().Str("target", p.addr).Str("upstream", name).Str("stage", StageProbe.String()).
-			Msg("probe target reachable again")
+// (probes through different upstreams all fail there) or answers again;
+// name and err are the probe's that made the change, v its verdict. A
+// line saying the target answers names the upstream whose probe passed,
+// never one whose probe failed (bug: "probe target reachable again" named
+// a broken upstream, its probe just failed). It runs after every lock is
+// released (STYLE 40).
+func (t *Tracker) logProbeTarget(p *probeSpec, name string, v targetVerdict, err error) {
+	if !v.down {
+		ev := t.log.Info().Str("target", p.addr).Str("stage", StageProbe.String())
+		switch {
+		case v.upBy == nil:
+			ev = ev.Str("detail", "client traffic reached its host:port")
+		case err == nil:
+			ev = ev.Str("upstream", name).Str("detail", "a probe passed")
+		default:
+			ev = ev.Str("upstream", v.upBy.Name()).Str("detail", "a probe through this upstream passed")
+		}
+		ev.Msg("probe target reachable again")
 		return
 	}
 	t.log.Warn().Str("target", p.addr).Str("upstream", name).Str("stage", StageProbe.String()).Err(err).

@@ -219,6 +219,17 @@ func failedBefore(st State, reason Class, streak int) bool {
 // entry a record eligible before a restart gets at its restore.
 const restartRecheckDetail = "restart re-check: eligible before the restart, probed before it serves again"
 
+// cooldownEndedAway is the detail of the cooling → probe_allowed entry a
+// record gets when its saved cooldown ended before it was restored:
+// while rotor was stopped (a state file's restore, detail
+// restoredDetail), or while the upstream was out of the config.
+func cooldownEndedAway(detail string) string {
+	if detail == restoredDetail {
+		return "cooldown ended while rotor was stopped"
+	}
+	return "cooldown ended while out of the config"
+}
+
 // Restore applies a persisted snapshot to the existing record for key
 // (state_file on start-up, issue 6) and reports whether the record exists.
 // Counters, history, streak, last failure and per-target cooldowns are
@@ -228,7 +239,9 @@ const restartRecheckDetail = "restart re-check: eligible before the restart, pro
 //   - cooling with Until still ahead cools until then: the remaining wall
 //     time becomes a deadline on the tracker clock, relative to now;
 //   - cooling with Until past, and probe_allowed, become probe_allowed and
-//     are probed soon;
+//     are probed soon; the cooling one's history gets the cooling →
+//     probe_allowed entry of its cooldown's end (cooldownEndedAway), at
+//     its saved deadline;
 //   - eligible keeps the record's start state (probe_allowed unless
 //     Config.StartEligible): it was eligible before the restart, but
 //     nothing unverified serves traffic. It did not fail, so once
@@ -341,7 +354,23 @@ func (t *Tracker) restore(r *Record, s Snapshot, detail string, keepEligible boo
 		r.hist.add(Transition{At: wnow, From: Eligible, To: ProbeAllowed, Reason: ClassNone, Stage: StageProbe,
 			Detail: restartRecheckDetail})
 	case s.State == Cooling || s.State == ProbeAllowed:
-		if cur != ProbeAllowed {
+		if s.State == Cooling {
+			// Its cooldown ended while nobody watched: the history says
+			// so, at the saved deadline (bug: "eligible → cooling" was
+			// followed by "probe_allowed → cooling", a gap in the chain).
+			// Like the eligible re-check above, it is no transition of
+			// this instance's and is not shared.
+			// The restore gets its line as a cooling one does, whatever
+			// state the record started in.
+			at := s.Until
+			if at.IsZero() || at.After(wnow) {
+				at = wnow
+			}
+			ended := cooldownEndedAway(detail)
+			r.hist.add(Transition{At: at, From: Cooling, To: ProbeAllowed, Reason: s.Reason, Stage: s.Stage, Detail: ended})
+			detail += "; " + ended
+		}
+		if cur != ProbeAllowed || s.State == Cooling {
 			r.deadline, r.until = time.Time{}, time.Time{}
 			t.restoreState(r, now, ProbeAllowed, s.Reason, s.Stage, detail, &e)
 			e.items = append(e.items, item{at: now, rec: r, epoch: r.epoch, kind: kindProbe})

@@ -80,7 +80,7 @@ func (e *ConnectStatusError) Error() string {
 	if e.SquidError != "" {
 		return "proxy answered " + what + " with " + strconv.Quote(PeerText(e.Status)) + " (" + PeerText(e.SquidError) + ")"
 	}
-	return "proxy answered " + what + " with " + strconv.Quote(PeerText(e.Status))
+	return "proxy answered " + what + " with " + strconv.Quote(PeerText(e.Status)) + e.webServerHint()
 }
 
 // connectDialer tunnels through an HTTP proxy with CONNECT, over TLS to the
