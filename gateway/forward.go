@@ -478,7 +478,9 @@ func abortAnswer(w http.ResponseWriter) {
 	panic(http.ErrAbortHandler)
 }
 
-// writeResponse relays resp to the client, naming the upstream. A body
+// writeResponse relays resp to the client, naming the upstream. Its head
+// goes out before the body when the body's first bytes are not at hand
+// (bodyReady), with them in one write when they are. A body
 // that goes silent for stall is cut off (stalled), except while hold
 // reports true (the client is still sending its request body): then the
 // stall clock starts again. err is why the body ended before its end:
@@ -530,6 +532,17 @@ func (s *Server) writeResponse(w http.ResponseWriter, resp *http.Response, e *up
 		flush, flushEnd = f.FlushError, f.flushCommitted
 	case http.Flusher:
 		flush = func() error { f.Flush(); return nil }
+	}
+	if !bodyReady(resp) {
+		// The first body read would wait for the upstream: the head goes
+		// now, not with the first body bytes (see bodyReady). A lagging
+		// client holds it back as a body write would (the stall timer).
+		writing.Store(true)
+		werr := flush()
+		writing.Store(false)
+		if werr != nil {
+			return 0, false, &clientGoneError{err: werr}
+		}
 	}
 	bp := bufPool.Get().(*[]byte)
 	defer bufPool.Put(bp)
