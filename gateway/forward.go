@@ -619,18 +619,21 @@ func rotorHeader(k string) bool {
 
 // classifyProxyResponse recognises answers that come from an http or https
 // upstream proxy itself rather than from the target (../shared/UPSTREAM-SIGNALS.md):
-// 407 (and tinyproxy's 401) mean the proxy rejected rotor's credentials;
-// squid marks its own errors with X-Squid-Error, on error statuses only
-// (a 2xx or 3xx carrying it is the target's: a site can send any header,
-// and squid's deny_info redirect is an answer to relay); tinyproxy answers
-// an unreachable target with "500 Unable to connect". Responses from the
-// target return nil.
+// a 407 the proxy marks as its own (own407; tinyproxy's 401) means the
+// proxy rejected rotor's credentials, one relayed by a proxy that marks
+// its own is the target's, and one with no mark either way may be either
+// (unmarked407Error); squid marks its own errors with X-Squid-Error, on
+// error statuses only (a 2xx or 3xx carrying it is the target's: a site
+// can send any header, and squid's deny_info redirect is an answer to
+// relay); tinyproxy answers an unreachable target with "500 Unable to
+// connect". Responses from the target return nil.
 func classifyProxyResponse(e *upstream.Endpoint, resp *http.Response) *health.Failure {
 	if !e.AbsoluteForm() {
 		return nil
 	}
 	server := strings.ToLower(resp.Header.Get("Server"))
 	squid := resp.Header.Get("X-Squid-Error")
+	relayed := relayedBy(resp.Header)
 	fail := func(c health.Class, st health.Stage) *health.Failure {
 		// Plain: the proxy answered the forwarded request, not a CONNECT
 		// (the history detail and the client's 502 say so). Every field
@@ -648,8 +651,16 @@ func classifyProxyResponse(e *upstream.Endpoint, resp *http.Response) *health.Fa
 	}
 	switch {
 	case resp.StatusCode == http.StatusProxyAuthRequired:
-		return fail(health.AuthRejected, health.StageProxyAuth)
-	case resp.StatusCode == http.StatusUnauthorized && strings.HasPrefix(server, "tinyproxy"):
+		switch own407(resp.Header, relayed) {
+		case markedTarget:
+			return nil // the target's own 407, relayed: the client's to see
+		case markedProxy:
+			return fail(health.AuthRejected, health.StageProxyAuth)
+		}
+		f := fail(health.AuthRejected, health.StageProxyAuth)
+		f.Err = &unmarked407Error{err: f.Err}
+		return f
+	case resp.StatusCode == http.StatusUnauthorized && strings.HasPrefix(server, "tinyproxy") && relayed != "tinyproxy":
 		return fail(health.AuthRejected, health.StageProxyAuth)
 	case squid != "" && resp.StatusCode >= http.StatusBadRequest:
 		switch {
