@@ -145,8 +145,12 @@ func explain(err error) clientFailure {
 		if waited {
 			then = "; no other upstream became eligible within pool.wait_for_upstream"
 		}
+		meaning := classMeaning(f.Class)
+		if errors.As(err, new(*unmarked407Error)) {
+			meaning = "the proxy rejected rotor's credentials for it, or relayed the target's own 407: the answer bears no mark of the proxy's own"
+		}
 		cf.Reason = fmt.Sprintf("%s: %s at %s (%s)%s; retry later: rotor cools an upstream that fails and picks another",
-			lead, f.Class, f.Stage, classMeaning(f.Class), then)
+			lead, f.Class, f.Stage, meaning, then)
 		switch code, _ := upstream.RefusalReplyCode(err); code {
 		case repAddrNotSupported:
 			// No upstream tried can reach this address type (an IPv6

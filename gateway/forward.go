@@ -482,7 +482,9 @@ func abortAnswer(w http.ResponseWriter) {
 	panic(http.ErrAbortHandler)
 }
 
-// writeResponse relays resp to the client, naming the upstream. A body
+// writeResponse relays resp to the client, naming the upstream. Its head
+// goes out before the body when the body's first bytes are not at hand
+// (bodyReady), with them in one write when they are. A body
 // that goes silent for stall is cut off (stalled), except while hold
 // reports true (the client is still sending its request body): then the
 // stall clock starts again. err is why the body ended before its end:
@@ -534,6 +536,17 @@ func (s *Server) writeResponse(w http.ResponseWriter, resp *http.Response, e *up
 		flush, flushEnd = f.FlushError, f.flushCommitted
 	case http.Flusher:
 		flush = func() error { f.Flush(); return nil }
+	}
+	if !bodyReady(resp) {
+		// The first body read would wait for the upstream: the head goes
+		// now, not with the first body bytes (see bodyReady). A lagging
+		// client holds it back as a body write would (the stall timer).
+		writing.Store(true)
+		werr := flush()
+		writing.Store(false)
+		if werr != nil {
+			return 0, false, &clientGoneError{err: werr}
+		}
 	}
 	bp := bufPool.Get().(*[]byte)
 	defer bufPool.Put(bp)
@@ -610,18 +623,21 @@ func rotorHeader(k string) bool {
 
 // classifyProxyResponse recognises answers that come from an http or https
 // upstream proxy itself rather than from the target (../shared/UPSTREAM-SIGNALS.md):
-// 407 (and tinyproxy's 401) mean the proxy rejected rotor's credentials;
-// squid marks its own errors with X-Squid-Error, on error statuses only
-// (a 2xx or 3xx carrying it is the target's: a site can send any header,
-// and squid's deny_info redirect is an answer to relay); tinyproxy answers
-// an unreachable target with "500 Unable to connect". Responses from the
-// target return nil.
+// a 407 the proxy marks as its own (own407; tinyproxy's 401) means the
+// proxy rejected rotor's credentials, one relayed by a proxy that marks
+// its own is the target's, and one with no mark either way may be either
+// (unmarked407Error); squid marks its own errors with X-Squid-Error, on
+// error statuses only (a 2xx or 3xx carrying it is the target's: a site
+// can send any header, and squid's deny_info redirect is an answer to
+// relay); tinyproxy answers an unreachable target with "500 Unable to
+// connect". Responses from the target return nil.
 func classifyProxyResponse(e *upstream.Endpoint, resp *http.Response) *health.Failure {
 	if !e.AbsoluteForm() {
 		return nil
 	}
 	server := strings.ToLower(resp.Header.Get("Server"))
 	squid := resp.Header.Get("X-Squid-Error")
+	relayed := relayedBy(resp.Header)
 	fail := func(c health.Class, st health.Stage) *health.Failure {
 		// Plain: the proxy answered the forwarded request, not a CONNECT
 		// (the history detail and the client's 502 say so). Every field
@@ -639,8 +655,16 @@ func classifyProxyResponse(e *upstream.Endpoint, resp *http.Response) *health.Fa
 	}
 	switch {
 	case resp.StatusCode == http.StatusProxyAuthRequired:
-		return fail(health.AuthRejected, health.StageProxyAuth)
-	case resp.StatusCode == http.StatusUnauthorized && strings.HasPrefix(server, "tinyproxy"):
+		switch own407(resp.Header, relayed) {
+		case markedTarget:
+			return nil // the target's own 407, relayed: the client's to see
+		case markedProxy:
+			return fail(health.AuthRejected, health.StageProxyAuth)
+		}
+		f := fail(health.AuthRejected, health.StageProxyAuth)
+		f.Err = &unmarked407Error{err: f.Err}
+		return f
+	case resp.StatusCode == http.StatusUnauthorized && strings.HasPrefix(server, "tinyproxy") && relayed != "tinyproxy":
 		return fail(health.AuthRejected, health.StageProxyAuth)
 	case squid != "" && resp.StatusCode >= http.StatusBadRequest:
 		switch {

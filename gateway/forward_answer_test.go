@@ -159,14 +159,17 @@ func TestForwardTruncatedBodyResetsHTTP10(t *testing.T) {
 }
 
 // TestForwardWholeBodiesEndCleanly: whole bodies still end cleanly on both
-// paths, small ones with a Content-Length.
+// paths, small ones on the lean client's with a Content-Length. The
+// Transport's (POST) go chunked: rotor cannot see whether their body came
+// with the head, so it sends the head first (bodyReady) and the length is
+// not known then.
 func TestForwardWholeBodiesEndCleanly(t *testing.T) {
 	rt := newRawTarget(t, serveAnswers(false, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n"))
 	srv := stallGateway(t)
 	for _, method := range forwardMethods {
 		resp, body, err := askForward(t, srv, method, "http://"+rt.Addr()+"/")
-		if err != nil || resp.StatusCode != 200 || body != "abc" || resp.ContentLength != 3 {
-			t.Errorf("%s: %d %q Content-Length %d err %v, want 200 \"abc\" with a length", method, resp.StatusCode, body, resp.ContentLength, err)
+		if err != nil || resp.StatusCode != 200 || body != "abc" || (method == http.MethodGet && resp.ContentLength != 3) {
+			t.Errorf("%s: %d %q Content-Length %d err %v, want 200 \"abc\" (with a length for GET)", method, resp.StatusCode, body, resp.ContentLength, err)
 		}
 	}
 	noFailures(t, srv, "up")

@@ -115,7 +115,8 @@ func (w *h1Writer) head() []byte { return w.hc.scan.head() }
 
 // WriteHeader records the status; the head is written with the first
 // body bytes past h1SmallBody, at Flush, or at the end of the handler,
-// when the framing is known.
+// when the framing is known. A handler whose body may be slow to come
+// flushes it first (writeResponse does, see bodyReady).
 func (w *h1Writer) WriteHeader(code int) {
 	if w.wroteHeader || w.hc.hijacked {
 		return

@@ -180,6 +180,23 @@ func TestFailures(t *testing.T) {
 				assertNotCooled(t, r, k.Kind)
 			})
 
+			// A target's own 407, relayed by the proxy, is the target's
+			// answer: the client gets it and the upstream is not cooled
+			// (issue: auth_rejected for the host, 5 min).
+			if k.Scheme == "http" {
+				t.Run("target_status=407/relayed", func(t *testing.T) {
+					caseT(t)
+					tg, r := start(t, u.Pass)
+					res := proxyRequest(t, r.HTTP, "GET",
+						fmt.Sprintf("GET %s%s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", tg.URL, target407Path, tg.Addr))
+					t.Logf("client saw %s X-Rotor-Error %q", res.Resp.Status, res.Resp.Header.Get("X-Rotor-Error"))
+					if res.Resp.StatusCode != 407 || res.Resp.Header.Get("X-Rotor-Error") != "" || !strings.Contains(res.Body, "the site's own 407") {
+						t.Errorf("got %s X-Rotor-Error %q body %q, want the target's 407 relayed", res.Resp.Status, res.Resp.Header.Get("X-Rotor-Error"), res.Body)
+					}
+					assertNotCooled(t, r, k.Kind)
+				})
+			}
+
 			for _, code := range []int{403, 429} {
 				t.Run(fmt.Sprintf("target_status=%d/target_http_error", code), func(t *testing.T) {
 					caseT(t)

@@ -242,6 +242,37 @@ func httpSignals(t *testing.T, u *upstreamSrv, tg *target, closed string) {
 			}
 		})
 	}
+	// A target's own 407 relayed, next to the proxy's own 407 to a
+	// forwarded GET without credentials (wrong ones: wrong_password/GET):
+	// what tells them apart (gateway own407). The proxy's own is marked
+	// (squid: X-Squid-Error; tinyproxy: Server, and no Via); the relayed
+	// one carries the proxy's Via, no mark, and no Proxy-Authenticate
+	// (both drop the target's as hop-by-hop).
+	viaMark := map[string]string{"squid": "(squid/", "tinyproxy": "(tinyproxy/"}[u.Kind]
+	t.Run("target_407_relayed", func(t *testing.T) {
+		caseT(t)
+		res := proxyRequest(t, u.Addr, "GET", getLine(tg.Addr, target407Path, auth))
+		h := res.Resp.Header
+		t.Logf("%s %s headers %v", res.Resp.Proto, res.Resp.Status, h)
+		if res.Resp.StatusCode != 407 || h.Get("X-Squid-Error") != "" || strings.HasPrefix(h.Get("Server"), "tinyproxy") ||
+			h.Get("Proxy-Authenticate") != "" || !strings.Contains(h.Get("Via"), viaMark) {
+			t.Errorf("got %s X-Squid-Error %q Server %q Proxy-Authenticate %q Via %q; want 407 relayed with the proxy's Via and no mark of its own",
+				res.Resp.Status, h.Get("X-Squid-Error"), h.Get("Server"), h.Get("Proxy-Authenticate"), h.Get("Via"))
+		}
+	})
+	t.Run("own_407_no_credentials/GET", func(t *testing.T) {
+		caseT(t)
+		res := proxyRequest(t, u.Addr, "GET", getLine(tg.Addr, "/", ""))
+		h := res.Resp.Header
+		t.Logf("%s %s headers %v", res.Resp.Proto, res.Resp.Status, h)
+		marked := strings.HasPrefix(h.Get("X-Squid-Error"), "ERR_CACHE_ACCESS_DENIED")
+		if u.Kind == "tinyproxy" {
+			marked = strings.HasPrefix(h.Get("Server"), "tinyproxy/") && h.Get("Via") == ""
+		}
+		if res.Resp.StatusCode != 407 || !marked || !strings.HasPrefix(h.Get("Proxy-Authenticate"), "Basic") {
+			t.Errorf("got %s headers %v; want 407 Basic, marked as the proxy's own", res.Resp.Status, h)
+		}
+	})
 	t.Run("no_credentials", func(t *testing.T) {
 		caseT(t)
 		res := proxyRequest(t, u.Addr, "CONNECT", connectLine(tg.Addr, ""))

@@ -14,6 +14,10 @@ import (
 const probePath = "/probe"
 
 // behaviour is how the target answers one source address.
+// target407Path answers the target's own 407 with a Proxy-Authenticate
+// challenge, whatever the behaviour.
+const target407Path = "/own407"
+
 type behaviour struct {
 	Status int  // non-zero: answer this status (403, 429, …)
 	Stall  bool // send headers and part of the body, then go silent
@@ -111,6 +115,14 @@ func (tg *target) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	tg.mu.Unlock()
 
 	switch {
+	case r.URL.Path == target407Path:
+		// A site's own 407 (some answer it to any request): a proxy
+		// relays it as the target's answer.
+		w.Header().Set("Proxy-Authenticate", `Basic realm="site"`)
+		w.Header().Set("Content-Type", "text/plain")
+		w.WriteHeader(http.StatusProxyAuthRequired)
+		fmt.Fprintf(w, "the site's own 407 for %s\n", src)
+		return
 	case b.Hangup:
 		if hj, ok := w.(http.Hijacker); ok {
 			c, _, err := hj.Hijack()

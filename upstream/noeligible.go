@@ -3,6 +3,7 @@ package upstream
 import (
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"time"
@@ -29,9 +30,18 @@ type NoEligibleError struct {
 	Matching int
 	// Host is the target host; HostCooling how many of the matching
 	// endpoints are eligible but cooling for that host only (a ban a
-	// target_http_error, retry status or refusal of it started).
+	// target_http_error, retry status or refusal of it started), or for
+	// its host:port only.
 	Host        string
 	HostCooling int
+	// Target is the target's host:port; PortCooling how many of the
+	// HostCooling cool for that host:port only, not the whole host (a
+	// policy refusal of the port, health.ScopePort: CONNECT to another
+	// port of the host may go through them). Issue: the text said "for
+	// 127.0.0.1 … for this host only" while CONNECT to another port of it
+	// worked.
+	Target      string
+	PortCooling int
 	// HostClasses counts those by the class of their cooldown for the
 	// host (in class order, none zero).
 	HostClasses []ClassCount
@@ -113,8 +123,16 @@ func (e *NoEligibleError) Error() string {
 		limit = "rate limit"
 	}
 	if e.HostCooling > 0 {
-		msg := fmt.Sprintf("no eligible upstream for %s: %s cooling for this host only (%s)",
-			e.Host, partOf(e.HostCooling, what, e.Matching), e.hostWhy())
+		dest, scope := e.Host, "this host"
+		switch {
+		case e.Target == "" || e.PortCooling <= 0:
+		case e.PortCooling >= e.HostCooling:
+			dest, scope = e.Target, "this host:port"
+		default:
+			dest, scope = e.Target, "this host or this host:port"
+		}
+		msg := fmt.Sprintf("no eligible upstream for %s: %s cooling for %s only (%s)",
+			dest, partOf(e.HostCooling, what, e.Matching), scope, e.hostWhy())
 		switch {
 		case busy == 1:
 			msg += ", 1 is at its " + limit
@@ -297,6 +315,14 @@ func (a *Attempts) noEligible() error {
 		}
 		return ne
 	}
+	// keyHost is the host of a.key, the name the host's own cooldowns
+	// are filed under (health's targetHost): a cooldown found for a.key
+	// but not for it is of the host:port only.
+	keyHost := a.key
+	if h, _, err := net.SplitHostPort(a.key); err == nil {
+		keyHost = h
+		ne.Target = a.key
+	}
 	share := p.share.Load()
 	var cooling, hostCooling [16]int // by class; health has fewer
 	count := func(e *Endpoint) {
@@ -334,6 +360,9 @@ func (a *Attempts) noEligible() error {
 		switch {
 		case hostCool:
 			ne.HostCooling++
+			if _, wide := p.tr.TargetCoolingReason(e.rec, keyHost); !wide && ne.Target != "" {
+				ne.PortCooling++
+			}
 			if int(class) < len(hostCooling) {
 				hostCooling[class]++
 			}
