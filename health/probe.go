@@ -162,11 +162,19 @@ func (p *probeSpec) exchange(ctx context.Context, d Dialer, raw net.Conn, proxyA
 	if _, err := io.WriteString(conn, req); err != nil {
 		return fmt.Errorf("probe write: %w", err)
 	}
-	lr := &io.LimitedReader{R: conn, N: maxProbeHeader}
+	dr := &deadlineReader{r: conn}
+	lr := &io.LimitedReader{R: dr, N: maxProbeHeader}
 	resp, err := http.ReadResponse(bufio.NewReader(lr), &http.Request{Method: http.MethodGet})
 	if err != nil {
 		if lr.N <= 0 {
 			return fmt.Errorf("probe response: header exceeds %d bytes", maxProbeHeader)
+		}
+		if dr.err != nil {
+			// The deadline cut a line short: net/http parses the part it
+			// got ("HTTP/1.1 2": malformed status code) and reports that,
+			// not the timeout. The peer went silent; it did not send
+			// garbage.
+			return silentAt(fmt.Errorf("probe response: %w", dr.err))
 		}
 		if msg := err.Error(); strings.Contains(msg, `"`) {
 			// net/http quotes the line it could not parse: an upstream
@@ -202,6 +210,21 @@ func (p *probeSpec) exchange(ctx context.Context, d Dialer, raw net.Conn, proxyA
 		return silentAt(fmt.Errorf("probe body: %w", err))
 	}
 	return errors.New("probe body: expected text not found")
+}
+
+// deadlineReader remembers the latest timeout its reader returned, for
+// telling a line the deadline cut short from one the peer sent malformed.
+type deadlineReader struct {
+	r   io.Reader
+	err error
+}
+
+func (dr *deadlineReader) Read(b []byte) (int, error) {
+	n, err := dr.r.Read(b)
+	if err != nil && isTimeout(err) {
+		dr.err = err
+	}
+	return n, err
 }
 
 // proxyRejectedAuth recognises an HTTP proxy refusing rotor's credentials
@@ -389,12 +412,18 @@ func (e *silentError) Unwrap() error { return e.err }
 // silentAt returns err, a failure of the exchange with the target, as a
 // silentError when it is a timeout; any other error as it is.
 func silentAt(err error) error {
-	var ne net.Error
-	if errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) ||
-		errors.As(err, &ne) && ne.Timeout() {
+	if isTimeout(err) {
 		return &silentError{err: err}
 	}
 	return err
+}
+
+// isTimeout reports whether err is a deadline's: the conn's, the
+// context's, or a net.Error timeout.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.As(err, &ne) && ne.Timeout()
 }
 
 // probeTargetKeep bounds how long a probe's failure at the target stands
