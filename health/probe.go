@@ -20,7 +20,7 @@ import (
 )
 
 // Probe read bounds: a probe reads at most this much of the status line
-// and headers, and of the body when ExpectBody is set (STYLE 28).
+// and headers, and of the body (STYLE 28).
 const (
 	maxProbeHeader = 16 << 10
 	maxProbeBody   = 64 << 10
@@ -94,7 +94,8 @@ var aLongTimeAgo = time.Unix(1, 0)
 
 // run performs one probe through d: a tunnel to the probe URL's host:port
 // over the upstream, TLS when https (SNI = host), one HTTP/1.1 GET, status
-// (and optionally body) checked, all within the probe timeout. A TCP
+// checked and body read to its end (at most maxProbeBody of it, and
+// checked when ExpectBody is set), all within the probe timeout. A TCP
 // connect alone never passes: an upstream that accepts and then closes or
 // speaks garbage fails at the status line.
 //
@@ -162,11 +163,19 @@ func (p *probeSpec) exchange(ctx context.Context, d Dialer, raw net.Conn, proxyA
 	if _, err := io.WriteString(conn, req); err != nil {
 		return fmt.Errorf("probe write: %w", err)
 	}
-	lr := &io.LimitedReader{R: conn, N: maxProbeHeader}
+	dr := &deadlineReader{r: conn}
+	lr := &io.LimitedReader{R: dr, N: maxProbeHeader}
 	resp, err := http.ReadResponse(bufio.NewReader(lr), &http.Request{Method: http.MethodGet})
 	if err != nil {
 		if lr.N <= 0 {
 			return fmt.Errorf("probe response: header exceeds %d bytes", maxProbeHeader)
+		}
+		if dr.err != nil {
+			// The deadline cut a line short: net/http parses the part it
+			// got ("HTTP/1.1 2": malformed status code) and reports that,
+			// not the timeout. The peer went silent; it did not send
+			// garbage.
+			return silentAt(fmt.Errorf("probe response: %w", dr.err))
 		}
 		if msg := err.Error(); strings.Contains(msg, `"`) {
 			// net/http quotes the line it could not parse: an upstream
@@ -190,18 +199,65 @@ func (p *probeSpec) exchange(ctx context.Context, d Dialer, raw net.Conn, proxyA
 	if !slices.Contains(p.expect, resp.StatusCode) {
 		return &StatusError{StatusCode: resp.StatusCode}
 	}
-	if len(p.body) == 0 {
-		return nil
-	}
 	lr.N += maxProbeBody
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxProbeBody))
-	if bytes.Contains(body, p.body) {
-		return nil
+	var body bytes.Buffer
+	var w io.Writer = io.Discard
+	if len(p.body) > 0 {
+		w = &body
 	}
-	if err != nil {
+	// The body is read to its end, or to maxProbeBody (what lies beyond
+	// is not read and fails nothing): bug, a 200 whose body stopped short
+	// or stalled passed, and traffic through the upstream then failed at
+	// body. The body's end is checked first, so expected text in a body
+	// cut short still fails.
+	if n, err := io.Copy(w, io.LimitReader(resp.Body, maxProbeBody)); err != nil {
+		return bodyFailed(d, resp.ContentLength, n, err)
+	}
+	if len(p.body) > 0 && !bytes.Contains(body.Bytes(), p.body) {
+		return errors.New("probe body: expected text not found")
+	}
+	return nil
+}
+
+// bodyFailed is the probe's error for a body read that ended in err after
+// n bytes of the length declared (-1: none): a timeout is the target's
+// silence (silentAt), anything else (an early close, a broken chunk) a
+// bodyError.
+func bodyFailed(d Dialer, declared, n int64, err error) error {
+	if isTimeout(err) {
 		return silentAt(fmt.Errorf("probe body: %w", err))
 	}
-	return errors.New("probe body: expected text not found")
+	of := ""
+	if declared >= 0 {
+		of = " of " + strconv.FormatInt(declared, 10)
+	}
+	return &bodyError{err: fmt.Errorf("probe body: cut short after %d%s bytes: %w", n, of, scrubPeerErr(d, err))}
+}
+
+// bodyError is a probe whose answer had a good status and headers and a
+// body that ended before its end (unexpected EOF, a broken chunk). Through
+// a tunnel or a forwarding proxy the body is the target's as much as the
+// proxy's, so it has a target sign (signBadBody) like a wrong status: a
+// target that cuts its bodies short does not escalate every upstream. It
+// classifies as upstream_error.
+type bodyError struct{ err error }
+
+func (e *bodyError) Error() string { return e.err.Error() }
+func (e *bodyError) Unwrap() error { return e.err }
+
+// deadlineReader remembers the latest timeout its reader returned, for
+// telling a line the deadline cut short from one the peer sent malformed.
+type deadlineReader struct {
+	r   io.Reader
+	err error
+}
+
+func (dr *deadlineReader) Read(b []byte) (int, error) {
+	n, err := dr.r.Read(b)
+	if err != nil && isTimeout(err) {
+		dr.err = err
+	}
+	return n, err
 }
 
 // proxyRejectedAuth recognises an HTTP proxy refusing rotor's credentials
@@ -283,7 +339,8 @@ func (e *StatusError) Error() string { return "probe status " + strconv.Itoa(e.S
 // failed at the target with nothing reaching it in between (no passing
 // probe, no client tunnel to its host:port), or were both answered the
 // same unexpected status, or both timed out waiting for the target's
-// answer, with no passing probe in between: one upstream alone failing
+// answer, or both had the body of its answer cut short, with no passing
+// probe in between: one upstream alone failing
 // there may be a proxy that reaches no target at all (or answers 5xx
 // itself), and stays its own fault. While the target is down, failures at
 // it cool at the base cooldown and count towards no permanent_after (see
@@ -336,6 +393,8 @@ const (
 	// signSilent is a probe that timed out waiting for the target's
 	// answer once the tunnel through the upstream was up (silentError).
 	signSilent = -2
+	// signBadBody is a probe answered with a body cut short (bodyError).
+	signBadBody = -3
 )
 
 // probePassRecent is how close before the earlier of two failures at the
@@ -357,13 +416,18 @@ const probeCheckSpacing = time.Minute
 // probe.timeout 2 s cooled every upstream with timeout cooldowns counted
 // towards permanent_after, and disabled them all), the status for an
 // answer not in expect_status (bug: a probe target answering 503 to every
-// request cooled every upstream with growing cooldowns). Probes through
+// request cooled every upstream with growing cooldowns), signBadBody for
+// a body cut short (bodyError). Probes through
 // two upstreams meeting the same sign take the target for down. A proxy's
 // own refusal (407 and the like, a *Failure) has no sign.
 func targetSign(err error) (int, bool) {
 	var se *silentError
 	if errors.As(err, &se) {
 		return signSilent, true
+	}
+	var be *bodyError
+	if errors.As(err, &be) {
+		return signBadBody, true
 	}
 	var f *Failure
 	if errors.As(err, &f) {
@@ -389,12 +453,18 @@ func (e *silentError) Unwrap() error { return e.err }
 // silentAt returns err, a failure of the exchange with the target, as a
 // silentError when it is a timeout; any other error as it is.
 func silentAt(err error) error {
-	var ne net.Error
-	if errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) ||
-		errors.As(err, &ne) && ne.Timeout() {
+	if isTimeout(err) {
 		return &silentError{err: err}
 	}
 	return err
+}
+
+// isTimeout reports whether err is a deadline's: the conn's, the
+// context's, or a net.Error timeout.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.As(err, &ne) && ne.Timeout()
 }
 
 // probeTargetKeep bounds how long a probe's failure at the target stands
