@@ -287,7 +287,7 @@ func (s *Server) serveForward(w http.ResponseWriter, r *http.Request, params use
 				Err: errors.New("target answered " + e.PeerText(resp.Status))}
 			s.pool.Report(e, reported)
 		} else {
-			att.Succeeded(e)
+			att.Served(e)
 		}
 		if last != nil {
 			last.Body.Close()

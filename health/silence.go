@@ -136,25 +136,30 @@ func (t *Tracker) silenceRule(s *settings, r *Record, now time.Time, target stri
 
 // Answered records that a tunnel of r's to target (host:port) got a byte
 // back from it: the target speaks through r. It is the silence rule's
-// evidence (see silent), and it answers r's own recent silences at
-// target. Call it once per tunnel, at its first byte from the upstream
-// side. Like SuccessTarget it writes no shared memory in the common case
-// (targetSeen.note), and takes r's lock only while r has silences on
-// record.
+// evidence (see silent), it answers r's own recent silences at target,
+// and it restarts the streak of r's expired silence cooldown for its host
+// (a CONNECT that went through does not: see clearedBy). Call it once per
+// tunnel, at its first byte from the upstream side. Like SuccessTarget it
+// writes no shared memory in the common case (targetSeen.note), and takes
+// r's lock only while r has silences or per-host cooldowns on record.
 func (t *Tracker) Answered(r *Record, target string) {
 	if targetHost(target) == target {
 		return
 	}
 	now := t.clock.Now()
-	win := t.settings().cfg.TargetRuleWindow
+	s := t.settings()
+	win := s.cfg.TargetRuleWindow
 	t.answered.note(target, r, now, win/seenFreshDiv)
-	if r.nsilent.Load() == 0 {
+	if r.nsilent.Load() == 0 && r.ntargets.Load() == 0 {
 		return
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.silences = slices.DeleteFunc(r.silences, func(f targetFail) bool {
-		return f.target == target || now.Sub(f.at) >= win
-	})
-	r.nsilent.Store(int32(len(r.silences)))
+	if len(r.silences) > 0 {
+		r.silences = slices.DeleteFunc(r.silences, func(f targetFail) bool {
+			return f.target == target || now.Sub(f.at) >= win
+		})
+		r.nsilent.Store(int32(len(r.silences)))
+	}
+	endStreaks(s, r, target, now, proofBytes)
 }

@@ -327,20 +327,11 @@ func (t *Tracker) success(r *Record, now time.Time) {
 // a bare host counts for no port). Besides counting, it lets the
 // target-failure rule know that r reaches that host:port (see Fail), it
 // restarts the cooldown streak of an expired per-target cooldown for its
-// host or its host:port, and it answers r's own recent target failure at
-// that host:port: r's next failure there is a first one again.
-func (t *Tracker) SuccessTarget(r *Record, host string) {
-	now := t.clock.Now()
-	t.success(r, now)
-	if host == "" {
-		return
-	}
-	win := t.settings().cfg.TargetRuleWindow
-	t.seen.note(host, r, now, win/seenFreshDiv)
-	if r.ntargets.Load() > 0 || r.nfails.Load() > 0 {
-		t.forgetTarget(r, host, now, win)
-	}
-}
+// host or its host:port that r reaching it disproves (a refusal, not a
+// ban nor a silence: see clearedBy; SuccessServed for a forwarded
+// answer), and it answers r's own recent target failure at that
+// host:port: r's next failure there is a first one again.
+func (t *Tracker) SuccessTarget(r *Record, host string) { t.successTarget(r, host, proofReached) }
 
 // Neutral records an attempt that is neither success nor failure (client
 // cancelled). It exists so callers report every outcome explicitly.

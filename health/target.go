@@ -15,8 +15,9 @@ import (
 // nothing about that exit's health for other sites, so with scope "target"
 // a failure that names its target host cools the record for that host only.
 // They are bounded per record (Config.MaxTargets, oldest dropped and
-// counted), expire like any other cooldown, grow geometrically per host, and
-// are listed in Snapshot.Targets while active.
+// counted), expire like any other cooldown, grow geometrically per host
+// until a success that disproves them (target_proof.go), and are listed
+// in Snapshot.Targets while active.
 //
 // A target is named "host" or "host:port" (Failure.Target, SuccessTarget,
 // AdmitTarget). Scoped cooldowns are per host (the port is dropped,
@@ -71,7 +72,7 @@ type targetCooldown struct {
 	deadline time.Time // tracker clock; compared only
 	until    time.Time // wall clock, for display
 	set      time.Time // when last cooled or created (tracker clock), for oldest-first dropping
-	streak   int       // coolings of this host without a success for it
+	streak   int       // coolings of this host with no success that disproves them (clearedBy)
 	after    int       // failures since the last cooling, for ClassPolicy.After
 }
 
@@ -94,6 +95,12 @@ func (t *Tracker) coolTarget(s *settings, r *Record, now time.Time, class Class,
 	if now.Before(tc.deadline) {
 		return // already cooling for host: a late report of the same ban
 	}
+	if s.decayed(tc, now) {
+		tc.streak, tc.after, tc.set = 0, 0, now
+	}
+	// The class is known before the entry cools (after > 1): a success
+	// that does not disprove it must not drop its count (clearedBy).
+	tc.reason, tc.stage = class, stage
 	tc.after++
 	if tc.after < s.policy.For(class).After {
 		return
@@ -101,7 +108,7 @@ func (t *Tracker) coolTarget(s *settings, r *Record, now time.Time, class Class,
 	tc.after = 0
 	tc.streak++
 	d := s.policy.Cooldown(class, tc.streak, s.rand())
-	tc.reason, tc.stage, tc.set = class, stage, now
+	tc.set = now
 	tc.deadline, tc.until = now.Add(d), wall(now).Add(d)
 	st := State(r.state.Load())
 	tr := Transition{At: wall(now), From: st, To: st, Reason: class, Stage: stage, Detail: detail, Target: host}
@@ -179,10 +186,9 @@ func (t *Tracker) targetCooling(r *Record, target string) (Class, bool) {
 	return 0, false
 }
 
-// forgetTarget drops the entries of target's host and of target (a
-// host:port) after a success for it (their streaks restart). An entry
-// still cooling is kept: the success came from a tunnel opened before the
-// ban.
+// forgetTarget drops the expired entries of target's host and of target
+// (a host:port) that p, a success for it, disproves (endStreaks: their
+// streaks restart).
 //
 // It also drops r's recent target failure at target itself (another port
 // of the host is another target): r reached it, so that failure was
@@ -192,7 +198,8 @@ func (t *Tracker) targetCooling(r *Record, target string) (Class, bool) {
 // for target at once, counting on from a failure r had answered itself).
 // Failures older than win are dropped too, so that successes take no lock
 // once r's failures are that old.
-func (t *Tracker) forgetTarget(r *Record, target string, now time.Time, win time.Duration) {
+func (t *Tracker) forgetTarget(s *settings, r *Record, target string, now time.Time, p proof) {
+	win := s.cfg.TargetRuleWindow
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if len(r.targetFails) > 0 {
@@ -201,16 +208,7 @@ func (t *Tracker) forgetTarget(r *Record, target string, now time.Time, win time
 		})
 		r.nfails.Store(int32(len(r.targetFails)))
 	}
-	n := len(r.targets)
-	for _, k := range [2]string{targetHost(target), target} {
-		if tc := r.targets[k]; tc != nil && !now.Before(tc.deadline) {
-			delete(r.targets, k)
-		}
-	}
-	if len(r.targets) != n {
-		r.ntargets.Store(int32(len(r.targets)))
-		r.publish()
-	}
+	endStreaks(s, r, target, now, p)
 }
 
 // targetFail is one recent target failure reported on a record.

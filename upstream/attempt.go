@@ -464,9 +464,17 @@ func (a *Attempts) viable(s *set, i int) bool {
 // refresh, at most once per ttl/4) is handed to the fleet, which queues
 // it: nothing waits on Redis. The session is held from the pick to
 // Release: it does not expire while e serves it.
-func (a *Attempts) Succeeded(e *Endpoint) {
+func (a *Attempts) Succeeded(e *Endpoint) { a.succeeded(e, a.p.tr.SuccessTarget) }
+
+// Served is Succeeded for a forwarded plain-HTTP answer that is no ban
+// (health.Tracker.SuccessServed): the site served through e, which also
+// ends the streaks of e's expired bans and silences for its host; a
+// tunnel set up (Succeeded) does not.
+func (a *Attempts) Served(e *Endpoint) { a.succeeded(e, a.p.tr.SuccessServed) }
+
+func (a *Attempts) succeeded(e *Endpoint, success func(*health.Record, string)) {
 	a.flushSlow()
-	a.p.tr.SuccessTarget(e.rec, a.key)
+	success(e.rec, a.key)
 	if a.reached != nil {
 		a.othersReached() // after the success, which the target rule reads
 	}
