@@ -98,40 +98,10 @@ func (t *Tracker) silenceRule(s *settings, r *Record, now time.Time, target stri
 		}
 		t.answered.fail(target, r, now)
 	}
-	win := s.cfg.TargetRuleWindow
-	keep := r.silences[:0]
-	known := false
-	for _, f := range r.silences {
-		if now.Sub(f.at) < win {
-			keep = append(keep, f)
-			known = known || f.target == target
-		}
-	}
-	if !known {
-		keep = append(keep, targetFail{target: target, at: now})
-		if len(keep) > maxTargetFails {
-			keep = keep[len(keep)-maxTargetFails:]
-		}
-	}
+	keep, n, again := noteTargetFail(r.silences, target, now, s.cfg.TargetRuleWindow, &t.answered, r)
 	r.silences = keep
 	r.nsilent.Store(int32(len(keep)))
-	var buf [maxTargetFails]string
-	counted := buf[:0]
-	for _, f := range keep {
-		h := targetHost(f.target)
-		seen := slices.Contains(counted, h)
-		if seen && f.target != target || !t.answered.reachedByOther(f.target, r, f.at) ||
-			t.answered.failedByOther(f.target, r, now.Add(-win)) {
-			continue
-		}
-		if f.target == target && f.at.Before(now) {
-			again = true
-		}
-		if !seen {
-			counted = append(counted, h)
-		}
-	}
-	return len(counted), again
+	return n, again
 }
 
 // Answered records that a tunnel of r's to target (host:port) got a byte

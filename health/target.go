@@ -270,46 +270,9 @@ func (t *Tracker) targetRule(s *settings, r *Record, now time.Time, target strin
 		// ReachedElsewhere reads it).
 		t.seen.fail(target, r, now)
 	}
-	win := s.cfg.TargetRuleWindow
-	keep := r.targetFails[:0]
-	known := false
-	for _, f := range r.targetFails {
-		if now.Sub(f.at) < win {
-			keep = append(keep, f)
-			known = known || f.target == target
-		}
-	}
-	if !known {
-		keep = append(keep, targetFail{target: target, at: now})
-		if len(keep) > maxTargetFails {
-			keep = keep[len(keep)-maxTargetFails:]
-		}
-	}
+	keep, n, reached := noteTargetFail(r.targetFails, target, now, s.cfg.TargetRuleWindow, &t.seen, r)
 	r.targetFails = keep
 	r.nfails.Store(int32(len(keep)))
-	var buf [maxTargetFails]string
-	hosts := buf[:0]
-	for _, f := range keep {
-		h := targetHost(f.target)
-		counted := slices.Contains(hosts, h)
-		// Evidence is others reaching the host:port after r failed
-		// there while none of them failed there within the window: a
-		// target that failed for another upstream too is flapping or
-		// came back, and says nothing about r (bug: a site down now and
-		// then for everyone cooled every upstream for it, two such
-		// sites cooled healthy upstreams whole).
-		if counted && f.target != target || !t.seen.reachedByOther(f.target, r, f.at) ||
-			t.seen.failedByOther(f.target, r, now.Add(-win)) {
-			continue
-		}
-		if f.target == target && f.at.Before(now) {
-			reached = true
-		}
-		if !counted {
-			hosts = append(hosts, h)
-		}
-	}
-	n := len(hosts)
 	if s.cfg.TargetRuleHosts < 0 || n < s.cfg.TargetRuleHosts {
 		return reached
 	}
@@ -620,3 +583,48 @@ func sortTargets(ts []TargetCooldown) {
 
 // cooling is targetCooling's verdict alone.
 func cooling(_ Class, ok bool) bool { return ok }
+
+// noteTargetFail adds r's failure at target (a host:port) to list, which
+// keeps one entry per host:port within win, at most maxTargetFails, and
+// returns the list, how many distinct hosts of it count as evidence
+// against r, and whether target itself counted from an earlier failure
+// (again). Evidence is others reaching the host:port after r failed there
+// while none of them failed there within the window: a target that failed
+// for another upstream too is flapping or came back, and says nothing
+// about r (bug: a site down now and then for everyone cooled every
+// upstream for it, two such sites cooled healthy upstreams whole). seen
+// is the table others' outcomes are read from (target failures: what they
+// reached; first-byte silence: what answered). Caller holds r.mu.
+func noteTargetFail(list []targetFail, target string, now time.Time, win time.Duration, seen *targetSeen, r *Record) (keep []targetFail, hosts int, again bool) {
+	keep = list[:0]
+	known := false
+	for _, f := range list {
+		if now.Sub(f.at) < win {
+			keep = append(keep, f)
+			known = known || f.target == target
+		}
+	}
+	if !known {
+		keep = append(keep, targetFail{target: target, at: now})
+		if len(keep) > maxTargetFails {
+			keep = keep[len(keep)-maxTargetFails:]
+		}
+	}
+	var buf [maxTargetFails]string
+	counted := buf[:0]
+	for _, f := range keep {
+		h := targetHost(f.target)
+		dup := slices.Contains(counted, h)
+		if dup && f.target != target || !seen.reachedByOther(f.target, r, f.at) ||
+			seen.failedByOther(f.target, r, now.Add(-win)) {
+			continue
+		}
+		if f.target == target && f.at.Before(now) {
+			again = true
+		}
+		if !dup {
+			counted = append(counted, h)
+		}
+	}
+	return keep, len(counted), again
+}
